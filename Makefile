@@ -1,0 +1,52 @@
+# pulsar-shared-state: every entry point does its own set-up.
+#   make run    set up, start the embedded Pulsar broker, run the main job
+#   make test   set up and run the whole suite against a real broker
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+SOURCES := setup.py pyproject.toml $(shell find state functions connectors deploy -name '*.py' -o -name py.typed 2>/dev/null)
+
+.PHONY: run test test-unit test-integration lint format broker-start broker-stop clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+# strict editable install: the package's files are linked, so mypy sees them too
+$(STAMP): $(PY) $(SOURCES)
+	$(PY) -m pip install --quiet -e '.[dev]' --config-settings editable_mode=strict
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/pulsar-state -v demo --data-dir .pulsar/run
+
+test: $(STAMP) lint
+	$(PY) -m pytest tests
+
+test-unit: $(STAMP)
+	$(PY) -m pytest tests/unit
+
+test-integration: $(STAMP)
+	$(PY) -m pytest tests/integration
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy -p pulsar_state
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+broker-start: $(STAMP)
+	$(VENV)/bin/pulsar-state broker start --data-dir .pulsar/run
+
+broker-stop: $(STAMP)
+	$(VENV)/bin/pulsar-state broker stop --data-dir .pulsar/run
+
+clean:
+	-$(VENV)/bin/pulsar-state broker stop --data-dir .pulsar/run
+	-$(VENV)/bin/pulsar-state broker stop --data-dir .pulsar/test
+	rm -rf build .pulsar .pytest_cache .mypy_cache .ruff_cache *.egg-info

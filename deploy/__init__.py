@@ -1,0 +1,15 @@
+"""Running pulsar-shared-state: the embedded broker, pulsar-admin, packaging."""
+
+from pulsar_state.deploy.distribution import DEFAULT_PULSAR_VERSION, PulsarDistribution
+from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
+from pulsar_state.deploy.standalone import BrokerInfo, StandaloneBroker
+from pulsar_state.deploy.standalone_config import StandalonePorts
+
+__all__ = [
+    "DEFAULT_PULSAR_VERSION",
+    "BrokerInfo",
+    "PulsarAdminCli",
+    "PulsarDistribution",
+    "StandaloneBroker",
+    "StandalonePorts",
+]

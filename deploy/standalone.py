@@ -1,0 +1,368 @@
+"""Start, stop and inspect an embedded Pulsar standalone on a data directory.
+
+A data directory holds everything of one broker::
+
+    <data_dir>/
+      conf/standalone.conf, conf/functions_worker.yml   rendered at each start
+      data/metadata, data/bookkeeper                     RocksDB metadata, the bookie
+      logs/standalone.log                                broker output; logs/functions/...
+      download/                                          function packages
+      ports.json                                         ports, kept for the dir's life
+      broker.json                                        pid and URLs while running
+
+The process runs in its own process group (the functions worker's Python
+instances are its children), so :meth:`StandaloneBroker.stop` ends exactly
+what :meth:`StandaloneBroker.start` began and nothing else. A second ``start``
+on a running data directory returns the running broker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import requests
+
+from pulsar_state.deploy.distribution import PulsarDistribution, java_executable
+from pulsar_state.deploy.standalone_config import (
+    DEFAULT_PULSAR_MEM,
+    StandalonePorts,
+    render_functions_worker_yml,
+    render_standalone_conf,
+)
+from pulsar_state.errors import (
+    BrokerNotRunningError,
+    BrokerStartError,
+    ConfigurationError,
+)
+
+__all__ = ["BrokerInfo", "StandaloneBroker"]
+
+log = logging.getLogger(__name__)
+
+_MAIN_CLASS = "org.apache.pulsar.PulsarStandaloneStarter"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrokerInfo:
+    """What a running standalone is and where to reach it."""
+
+    pid: int
+    service_url: str
+    admin_url: str
+    data_dir: str
+    version: str
+    functions: bool
+    started_at: float
+
+    def describe(self) -> str:
+        return f"service_url={self.service_url}\nadmin_url={self.admin_url}"
+
+
+class StandaloneBroker:
+    """One Pulsar standalone process bound to one data directory.
+
+    Args:
+        data_dir: where the broker keeps its data, config, logs and pid file.
+        distribution: the Pulsar distribution to run (default: the pinned version).
+        functions: run the functions worker (with the Python runtime).
+        python: the interpreter Python functions run with (default: this one).
+        pulsar_mem: JVM memory flags (``PULSAR_MEM``).
+        start_timeout_s: how long :meth:`start` waits for readiness.
+    """
+
+    def __init__(
+        self,
+        *,
+        data_dir: str | os.PathLike[str],
+        distribution: PulsarDistribution | None = None,
+        functions: bool = True,
+        python: str | None = None,
+        pulsar_mem: str = DEFAULT_PULSAR_MEM,
+        start_timeout_s: float = 240.0,
+    ) -> None:
+        if not isinstance(functions, bool):
+            raise TypeError(f"functions must be a bool, got {functions!r}")
+        if start_timeout_s <= 0:
+            raise ConfigurationError(f"start_timeout_s must be > 0, got {start_timeout_s!r}")
+        self.data_dir = Path(data_dir).expanduser().resolve()
+        self.distribution = distribution or PulsarDistribution()
+        self.functions = functions
+        self.python = python or sys.executable
+        self.pulsar_mem = pulsar_mem
+        self.start_timeout_s = start_timeout_s
+
+    # -- paths ----------------------------------------------------------------
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "logs" / "standalone.log"
+
+    @property
+    def _state_file(self) -> Path:
+        return self.data_dir / "broker.json"
+
+    @property
+    def _ports_file(self) -> Path:
+        return self.data_dir / "ports.json"
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_file.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    # -- status ---------------------------------------------------------------
+
+    def status(self) -> BrokerInfo | None:
+        """The running broker of this data directory, or ``None``."""
+        try:
+            info = BrokerInfo(**json.loads(self._state_file.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+        if not self._is_our_process(info.pid):
+            return None
+        return info
+
+    def _is_our_process(self, pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return False
+        cmdline = Path(f"/proc/{pid}/cmdline")
+        if cmdline.exists():
+            try:
+                args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                return False
+            return _MAIN_CLASS in args and str(self.data_dir) in args
+        return True  # no /proc: trust the pid file
+
+    def is_ready(self, info: BrokerInfo, *, timeout_s: float = 2.0) -> bool:
+        """Broker answers admin calls (and the worker does, when enabled)."""
+        try:
+            clusters = requests.get(f"{info.admin_url}/admin/v2/clusters", timeout=timeout_s)
+            if clusters.status_code != 200 or "standalone" not in clusters.json():
+                return False
+            namespaces = requests.get(
+                f"{info.admin_url}/admin/v2/namespaces/public", timeout=timeout_s
+            )
+            if namespaces.status_code != 200 or "public/default" not in namespaces.json():
+                return False
+            if info.functions:
+                worker = requests.get(
+                    f"{info.admin_url}/admin/v2/worker/cluster", timeout=timeout_s
+                )
+                if worker.status_code != 200 or not worker.json():
+                    return False
+                functions = requests.get(
+                    f"{info.admin_url}/admin/v3/functions/public/default", timeout=timeout_s
+                )
+                if functions.status_code != 200:
+                    return False
+        except (requests.RequestException, ValueError):
+            return False
+        return True
+
+    # -- start ----------------------------------------------------------------
+
+    def start(self, *, fresh: bool = False) -> BrokerInfo:
+        """Start the standalone (or return the one already running) and wait until ready.
+
+        Args:
+            fresh: wipe the broker's data (not the config) before starting; refused
+                while it runs.
+        """
+        running = self.status()
+        if running is not None:
+            if fresh:
+                raise BrokerStartError(
+                    f"a broker (pid {running.pid}) runs on {self.data_dir}; stop it before "
+                    "starting fresh"
+                )
+            if running.functions != self.functions:
+                log.warning(
+                    "reusing the running broker on %s (functions worker %s)",
+                    self.data_dir,
+                    "on" if running.functions else "off",
+                )
+            self._wait_ready(running, proc=None)
+            return running
+
+        java = java_executable()
+        self.distribution.ensure()
+        if fresh:
+            shutil.rmtree(self.data_dir / "data", ignore_errors=True)
+            shutil.rmtree(self.data_dir / "download", ignore_errors=True)
+        ports = self._ports()
+        ports.check_free()
+        conf_dir = self.data_dir / "conf"
+        conf_dir.mkdir(parents=True, exist_ok=True)
+        (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
+        standalone_conf = conf_dir / "standalone.conf"
+        worker_yml = conf_dir / "functions_worker.yml"
+        standalone_conf.write_text(render_standalone_conf(self.distribution, ports))
+        worker_yml.write_text(render_functions_worker_yml(self.distribution, ports, self.data_dir))
+
+        cmd = [
+            str(self.distribution.pulsar_bin),
+            "standalone",
+            "--no-stream-storage",
+            "--metadata-dir",
+            str(self.data_dir / "data" / "metadata"),
+            "--bookkeeper-dir",
+            str(self.data_dir / "data" / "bookkeeper"),
+            "--functions-worker-conf",
+            str(worker_yml),
+        ]
+        if not self.functions:
+            cmd.append("--no-functions-worker")
+        env = dict(os.environ)
+        python_bin = str(Path(self.python).parent)
+        env.update(
+            {
+                # the worker's process runtime execs `python3` from PATH
+                "PATH": python_bin + os.pathsep + env.get("PATH", ""),
+                "JAVA_HOME": str(Path(java).resolve().parent.parent),
+                "PULSAR_MEM": self.pulsar_mem,
+                "PULSAR_LOG_DIR": str(self.data_dir / "logs"),
+                "PULSAR_STANDALONE_CONF": str(standalone_conf),
+            }
+        )
+        env.pop("VIRTUAL_ENV", None)
+        log.info("starting Pulsar %s standalone on %s", self.distribution.version, self.data_dir)
+        with open(self.log_file, "ab") as out:
+            proc = subprocess.Popen(
+                cmd,
+                cwd=self.data_dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # own process group: stop() ends it all
+            )
+        info = BrokerInfo(
+            pid=proc.pid,
+            service_url=ports.service_url,
+            admin_url=ports.admin_url,
+            data_dir=str(self.data_dir),
+            version=self.distribution.version,
+            functions=self.functions,
+            started_at=time.time(),
+        )
+        self._state_file.write_text(json.dumps(asdict(info), indent=2))
+        try:
+            self._wait_ready(info, proc=proc)
+        except BaseException:
+            self._terminate(proc.pid, timeout_s=15)
+            self._state_file.unlink(missing_ok=True)
+            raise
+        log.info("standalone ready in %.1fs", time.time() - info.started_at)
+        return info
+
+    def _ports(self) -> StandalonePorts:
+        if self._ports_file.is_file():
+            return StandalonePorts.from_json(self._ports_file.read_text())
+        ports = StandalonePorts.pick()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._ports_file.write_text(ports.to_json())
+        return ports
+
+    def _wait_ready(self, info: BrokerInfo, proc: subprocess.Popen[bytes] | None) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            if proc is not None and proc.poll() is not None:
+                tail = self.log_tail()
+                if "Address already in use" in tail:
+                    raise BrokerStartError(
+                        "the standalone could not bind one of its ports (address in use)",
+                        log_tail=tail,
+                    )
+                raise BrokerStartError(
+                    f"the standalone exited with code {proc.returncode} before it was ready "
+                    f"(log: {self.log_file})",
+                    log_tail=tail,
+                )
+            if self.is_ready(info):
+                return
+            if time.monotonic() > deadline:
+                raise BrokerStartError(
+                    f"the standalone was not ready after {self.start_timeout_s:.0f}s "
+                    f"(log: {self.log_file})",
+                    log_tail=self.log_tail(),
+                )
+            time.sleep(0.5)
+
+    # -- stop -----------------------------------------------------------------
+
+    def stop(self, *, timeout_s: float = 60.0) -> bool:
+        """Stop the broker of this data directory; ``False`` if none was running."""
+        info = self.status()
+        if info is None:
+            self._state_file.unlink(missing_ok=True)
+            return False
+        self._terminate(info.pid, timeout_s=timeout_s)
+        self._state_file.unlink(missing_ok=True)
+        return True
+
+    def require_running(self) -> BrokerInfo:
+        info = self.status()
+        if info is None:
+            raise BrokerNotRunningError(f"no standalone started by pulsar-state on {self.data_dir}")
+        return info
+
+    def restart(self) -> BrokerInfo:
+        """Stop and start again on the same ports and data (for fault tests)."""
+        self.stop()
+        return self.start()
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: a crash, not a shutdown (fault tests)."""
+        info = self.require_running()
+        _signal_group(info.pid, signal.SIGKILL)
+        _wait_gone(info.pid, 30)
+        self._state_file.unlink(missing_ok=True)
+
+    @staticmethod
+    def _terminate(pid: int, *, timeout_s: float) -> None:
+        _signal_group(pid, signal.SIGTERM)
+        if not _wait_gone(pid, timeout_s):
+            log.warning("standalone pid %s ignored SIGTERM for %.0fs; killing", pid, timeout_s)
+            _signal_group(pid, signal.SIGKILL)
+            _wait_gone(pid, 30)
+        # function instances the worker left behind share the process group
+        _signal_group(pid, signal.SIGKILL)
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)  # start_new_session: pgid == pid
+
+
+def _wait_gone(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            reaped, _ = os.waitpid(pid, os.WNOHANG)
+            if reaped == pid:
+                return True
+        except ChildProcessError:
+            pass  # not our child (started by another process): poll its existence
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    return False

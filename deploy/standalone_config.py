@@ -1,0 +1,169 @@
+"""The embedded standalone's own configuration, rendered from the distribution's.
+
+The distribution's ``conf/standalone.conf`` and ``conf/functions_worker.yml`` are
+the templates: every setting keeps Pulsar's default except the ones below, which
+make a small, loopback-only broker that does not clash with others on the host:
+
+* listens on ``127.0.0.1`` only, on ports chosen by :class:`StandalonePorts`;
+* a small heap and small caches (2 cores / a few GB are plenty);
+* the functions worker runs Python functions with the project's interpreter
+  (the launcher puts its ``bin/`` first on ``PATH``; the worker execs ``python3``)
+  and keeps its downloads and logs inside the data directory.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pulsar_state.deploy.distribution import PulsarDistribution
+from pulsar_state.errors import ConfigurationError, PortInUseError
+
+__all__ = [
+    "DEFAULT_PULSAR_MEM",
+    "StandalonePorts",
+    "render_functions_worker_yml",
+    "render_standalone_conf",
+]
+
+LOOPBACK = "127.0.0.1"
+DEFAULT_PULSAR_MEM = "-Xms256m -Xmx1g -XX:MaxDirectMemorySize=1g"
+
+#: standalone.conf keys this project overrides (everything else stays Pulsar's).
+_BROKER_SETTINGS: dict[str, str] = {
+    "bindAddress": LOOPBACK,
+    "advertisedAddress": LOOPBACK,
+    "managedLedgerCacheSizeMB": "64",
+    "dbStorage_writeCacheMaxSizeMb": "32",
+    "dbStorage_readAheadCacheMaxSizeMb": "32",
+    "dbStorage_rocksDB_blockCacheSize": str(16 * 1024 * 1024),
+    "brokerShutdownTimeoutMs": "5000",
+}
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port(taken: set[int]) -> int:
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((LOOPBACK, 0))
+            port = int(sock.getsockname()[1])
+        if port not in taken:
+            return port
+
+
+@dataclass(frozen=True, kw_only=True)
+class StandalonePorts:
+    """The three TCP ports of one standalone: binary protocol, HTTP, worker."""
+
+    broker: int
+    web: int
+    worker: int
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if not isinstance(value, int) or not 0 < value < 65536:
+                raise ConfigurationError(f"port {name} must be 1..65535, got {value!r}")
+        if len({self.broker, self.web, self.worker}) != 3:
+            raise ConfigurationError(f"ports must differ, got {self}")
+
+    @classmethod
+    def pick(cls) -> StandalonePorts:
+        """Three distinct ports that are free on loopback right now."""
+        taken: set[int] = set()
+        chosen = []
+        for _ in range(3):
+            port = _free_port(taken)
+            taken.add(port)
+            chosen.append(port)
+        return cls(broker=chosen[0], web=chosen[1], worker=chosen[2])
+
+    @classmethod
+    def from_json(cls, text: str) -> StandalonePorts:
+        data = json.loads(text)
+        return cls(broker=int(data["broker"]), web=int(data["web"]), worker=int(data["worker"]))
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    def check_free(self) -> None:
+        """Raise :class:`PortInUseError` for the first port someone else holds."""
+        for purpose, port in (
+            ("broker service", self.broker),
+            ("web service", self.web),
+            ("functions worker", self.worker),
+        ):
+            if not _port_is_free(port):
+                raise PortInUseError(port, purpose)
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://{LOOPBACK}:{self.broker}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.web}"
+
+
+def render_standalone_conf(
+    dist: PulsarDistribution, ports: StandalonePorts, extra: dict[str, str] | None = None
+) -> str:
+    """``standalone.conf`` = the distribution's template + this project's settings."""
+    settings = dict(_BROKER_SETTINGS)
+    settings["brokerServicePort"] = str(ports.broker)
+    settings["webServicePort"] = str(ports.web)
+    settings.update(extra or {})
+    template = (dist.root / "conf" / "standalone.conf").read_text()
+    lines = []
+    for line in template.splitlines():
+        key = line.split("=", 1)[0].strip()
+        if not line.lstrip().startswith("#") and "=" in line and key in settings:
+            lines.append(f"{key}={settings.pop(key)}")
+        else:
+            lines.append(line)
+    lines.append("")
+    lines.append("# --- added by pulsar-shared-state ---")
+    lines.extend(f"{key}={value}" for key, value in settings.items())
+    return "\n".join(lines) + "\n"
+
+
+def render_functions_worker_yml(
+    dist: PulsarDistribution, ports: StandalonePorts, data_dir: Path
+) -> str:
+    """``functions_worker.yml`` for the in-broker worker with the Python runtime."""
+    template = (dist.root / "conf" / "functions_worker.yml").read_text()
+    config: dict[str, Any] = yaml.safe_load(template)
+    config.update(
+        {
+            "workerHostname": LOOPBACK,
+            "workerPort": ports.worker,
+            "pulsarServiceUrl": ports.service_url,
+            "pulsarWebServiceUrl": ports.admin_url,
+            "downloadDirectory": str(data_dir / "download"),
+            "connectorsDirectory": str(dist.root / "connectors"),
+            "functionsDirectory": str(dist.root / "functions"),
+        }
+    )
+    runtime = dict(config.get("functionRuntimeFactoryConfigs") or {})
+    runtime.update(
+        {
+            "logDirectory": str(data_dir / "logs"),
+            "pythonInstanceLocation": str(dist.python_instance_main),
+        }
+    )
+    config["functionRuntimeFactoryConfigs"] = runtime
+    header = "# Rendered by pulsar-shared-state from the distribution's functions_worker.yml\n"
+    return header + yaml.safe_dump(config, sort_keys=False)

@@ -1,0 +1,1 @@
+"""Packaged Python Pulsar Functions that keep their state in pulsar_state."""

@@ -1,0 +1,81 @@
+"""Packaging for pulsar-shared-state.
+
+One distribution, one import namespace. The folders at the repository root
+tell the architecture; ``package_dir`` maps them onto ``pulsar_state``:
+
+==========================  =====================
+import name                 folder
+==========================  =====================
+``pulsar_state``            ``state/``
+``pulsar_state.functions``  ``functions/``
+``pulsar_state.connectors`` ``connectors/``
+``pulsar_state.deploy``     ``deploy/``
+==========================  =====================
+"""
+
+from pathlib import Path
+
+from setuptools import setup
+
+PACKAGE_DIRS = {
+    "pulsar_state": "state",
+    "pulsar_state.functions": "functions",
+    "pulsar_state.connectors": "connectors",
+    "pulsar_state.deploy": "deploy",
+}
+
+PULSAR_CLIENT = "pulsar-client>=3.5,<4"
+
+setup(
+    name="pulsar-shared-state",
+    version="0.1.0",
+    description=(
+        "Consistent shared state for Python applications on Apache Pulsar: "
+        "a replicated state machine on one topic, a key-value map, a metadata "
+        "store, locks, leader election and counters."
+    ),
+    long_description=Path("README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.11",
+    packages=list(PACKAGE_DIRS),
+    package_dir=PACKAGE_DIRS,
+    package_data={"pulsar_state": ["py.typed"]},
+    include_package_data=True,
+    install_requires=[
+        PULSAR_CLIENT,
+        "requests>=2.31",
+        "tenacity>=8.2",
+        "prometheus-client>=0.19",
+        "click>=8.1",
+        "pyyaml>=6.0",
+        "tqdm>=4.66",
+    ],
+    extras_require={
+        # What the functions worker's Python runner needs (grpc, protobuf, ...)
+        "functions": [PULSAR_CLIENT.replace("pulsar-client", "pulsar-client[functions]")],
+        "spark": ["pyspark>=4.0", "pyarrow>=15"],
+        "test": [
+            "pytest>=8",
+            "pytest-timeout>=2.3",
+            "testcontainers>=4.8",
+        ],
+        "dev": [
+            PULSAR_CLIENT.replace("pulsar-client", "pulsar-client[functions]"),
+            "pytest>=8",
+            "pytest-timeout>=2.3",
+            "testcontainers>=4.8",
+            "ruff>=0.6",
+            "mypy>=1.10",
+            "types-requests",
+            "types-PyYAML",
+        ],
+    },
+    entry_points={"console_scripts": ["pulsar-state=pulsar_state.cli:main"]},
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "License :: OSI Approved :: Apache Software License",
+        "Topic :: System :: Distributed Computing",
+        "Typing :: Typed",
+    ],
+)

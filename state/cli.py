@@ -1,0 +1,29 @@
+"""The ``pulsar-state`` command line: one group per concept."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from pulsar_state.deploy.cli import broker
+from pulsar_state.deploy.demo import demo
+
+__all__ = ["main"]
+
+
+@click.group()
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+@click.version_option(package_name="pulsar-shared-state")
+def main(verbose: int) -> None:
+    """Consistent shared state on Apache Pulsar."""
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+main.add_command(broker)
+main.add_command(demo)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""The project's exceptions: one root, subclasses that carry data.
+
+Every public call of ``pulsar_state`` raises a :class:`PulsarStateError` (or a
+subclass) for failures it knows about; Pulsar client errors are wrapped with
+``raise ... from exc`` so the original stays reachable as ``__cause__``.
+``retriable`` tells a caller whether trying the same call again can succeed.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BrokerError",
+    "BrokerNotRunningError",
+    "BrokerSetupError",
+    "BrokerStartError",
+    "ConfigurationError",
+    "PortInUseError",
+    "PulsarAdminError",
+    "PulsarStateError",
+]
+
+
+class PulsarStateError(Exception):
+    """Root of every error raised by pulsar-shared-state."""
+
+    retriable: bool = False
+
+
+class ConfigurationError(PulsarStateError, ValueError):
+    """A configuration value is missing, of the wrong type or out of range."""
+
+
+# -- the embedded broker -------------------------------------------------------
+
+
+class BrokerError(PulsarStateError):
+    """The embedded Pulsar standalone could not be obtained, started or reached.
+
+    ``log_tail`` holds the last lines of the relevant log, when there is one.
+    """
+
+    def __init__(self, message: str, *, log_tail: str = "") -> None:
+        self.log_tail = log_tail
+        if log_tail:
+            message = f"{message}\n--- last log lines ---\n{log_tail}"
+        super().__init__(message)
+
+
+class BrokerSetupError(BrokerError):
+    """A prerequisite is missing (Java, Maven) or the distribution is unusable."""
+
+
+class BrokerStartError(BrokerError):
+    """The standalone process exited early or did not become ready in time."""
+
+    retriable = True
+
+
+class PortInUseError(BrokerStartError):
+    """A port the standalone must listen on is taken by another process."""
+
+    retriable = False
+
+    def __init__(self, port: int, purpose: str) -> None:
+        self.port = port
+        self.purpose = purpose
+        super().__init__(
+            f"port {port} ({purpose}) on 127.0.0.1 is already in use by another process; "
+            "stop that process or start the broker with another --data-dir"
+        )
+
+
+class BrokerNotRunningError(BrokerError):
+    """No standalone started by this tool runs on the given data directory."""
+
+
+class PulsarAdminError(PulsarStateError):
+    """``pulsar-admin`` exited non-zero; ``output`` is what it printed."""
+
+    def __init__(self, args: list[str], returncode: int, output: str) -> None:
+        self.args_used = args
+        self.returncode = returncode
+        self.output = output
+        super().__init__(
+            f"pulsar-admin {' '.join(args[:3])} ... failed (exit {returncode}): "
+            f"{output.strip()[-1500:]}"
+        )

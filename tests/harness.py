@@ -1,0 +1,145 @@
+"""Test helpers: where the broker is, unique names, polling, faults.
+
+The broker is found once per test session, in this order:
+
+1. ``PULSAR_SERVICE_URL`` and ``PULSAR_ADMIN_URL``: any running cluster;
+2. a Pulsar container through testcontainers, when a Docker engine answers;
+3. otherwise the project's own embedded standalone (``pulsar-state broker``),
+   on ``.pulsar/test`` with fresh data.
+
+``PULSAR_STATE_TEST_BROKER=env|container|standalone`` forces one of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import docker
+import requests
+from testcontainers.core.container import DockerContainer
+from testcontainers.core.waiting_utils import wait_for_logs
+
+from pulsar_state.deploy.distribution import DEFAULT_PULSAR_VERSION
+from pulsar_state.deploy.standalone import StandaloneBroker
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PULSAR_IMAGE = f"apachepulsar/pulsar:{DEFAULT_PULSAR_VERSION}"
+
+
+def unique_name(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def unique_topic(prefix: str = "t", namespace: str = "public/default") -> str:
+    return f"persistent://{namespace}/{unique_name(prefix)}"
+
+
+def wait_until(
+    condition: Callable[[], T],
+    *,
+    timeout_s: float = 30.0,
+    interval_s: float = 0.1,
+    message: str = "condition",
+) -> T:
+    """Poll ``condition`` until it returns something truthy; return that."""
+    deadline = time.monotonic() + timeout_s
+    last_exc: BaseException | None = None
+    while True:
+        try:
+            value = condition()
+            if value:
+                return value
+        except Exception as exc:  # the condition may fail until it holds
+            last_exc = exc
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{message} did not hold within {timeout_s}s") from last_exc
+        time.sleep(interval_s)
+
+
+@dataclass
+class PulsarEndpoint:
+    """A real broker for the tests, and what can be done to it."""
+
+    service_url: str
+    admin_url: str
+    kind: str
+    broker: StandaloneBroker | None = None
+    container: Any = None
+    functions: bool = True
+    restarts: int = field(default=0)
+
+    @property
+    def can_restart(self) -> bool:
+        return self.broker is not None
+
+    def restart(self) -> None:
+        """Stop and start the broker on the same ports and data."""
+        if self.broker is None:
+            raise RuntimeError(f"cannot restart a {self.kind} broker from the tests")
+        info = self.broker.restart()
+        assert info.service_url == self.service_url
+        self.restarts += 1
+
+    def admin(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        return requests.request(method, f"{self.admin_url}{path}", timeout=30, **kwargs)
+
+
+def _docker_answers() -> bool:
+    try:
+        docker.from_env(timeout=3).ping()
+    except Exception:
+        return False
+    return True
+
+
+def _container_endpoint() -> PulsarEndpoint:
+    container = (
+        DockerContainer(PULSAR_IMAGE)
+        .with_command("bin/pulsar standalone --no-stream-storage")
+        .with_exposed_ports(6650, 8080)
+    )
+    container.start()
+    wait_for_logs(container, "Function worker service started", timeout=240)
+    host = container.get_container_host_ip()
+    return PulsarEndpoint(
+        service_url=f"pulsar://{host}:{container.get_exposed_port(6650)}",
+        admin_url=f"http://{host}:{container.get_exposed_port(8080)}",
+        kind="container",
+        container=container,
+    )
+
+
+def start_endpoint() -> PulsarEndpoint:
+    forced = os.environ.get("PULSAR_STATE_TEST_BROKER", "")
+    service_url = os.environ.get("PULSAR_SERVICE_URL")
+    admin_url = os.environ.get("PULSAR_ADMIN_URL")
+    if forced == "env" or (not forced and service_url and admin_url):
+        if not (service_url and admin_url):
+            raise RuntimeError("PULSAR_SERVICE_URL and PULSAR_ADMIN_URL must both be set")
+        return PulsarEndpoint(service_url=service_url, admin_url=admin_url, kind="env")
+    if forced == "container" or (not forced and _docker_answers()):
+        return _container_endpoint()
+    broker = StandaloneBroker(data_dir=REPO_ROOT / ".pulsar" / "test")
+    broker.stop()  # a broker left by an interrupted session
+    info = broker.start(fresh=True)
+    return PulsarEndpoint(
+        service_url=info.service_url, admin_url=info.admin_url, kind="standalone", broker=broker
+    )
+
+
+def stop_endpoint(endpoint: PulsarEndpoint) -> None:
+    if endpoint.broker is not None:
+        endpoint.broker.stop()
+    if endpoint.container is not None:
+        endpoint.container.stop()
