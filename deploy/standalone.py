@@ -78,6 +78,7 @@ class StandaloneBroker:
         python: the interpreter Python functions run with (default: this one).
         pulsar_mem: JVM memory flags (``PULSAR_MEM``).
         start_timeout_s: how long :meth:`start` waits for readiness.
+        broker_settings: extra ``standalone.conf`` settings (they win).
     """
 
     def __init__(
@@ -89,6 +90,7 @@ class StandaloneBroker:
         python: str | None = None,
         pulsar_mem: str = DEFAULT_PULSAR_MEM,
         start_timeout_s: float = 240.0,
+        broker_settings: dict[str, str] | None = None,
     ) -> None:
         if not isinstance(functions, bool):
             raise TypeError(f"functions must be a bool, got {functions!r}")
@@ -100,6 +102,7 @@ class StandaloneBroker:
         self.python = python or sys.executable
         self.pulsar_mem = pulsar_mem
         self.start_timeout_s = start_timeout_s
+        self.broker_settings = dict(broker_settings or {})
 
     # -- paths ----------------------------------------------------------------
 
@@ -213,7 +216,9 @@ class StandaloneBroker:
         (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
         standalone_conf = conf_dir / "standalone.conf"
         worker_yml = conf_dir / "functions_worker.yml"
-        standalone_conf.write_text(render_standalone_conf(self.distribution, ports))
+        standalone_conf.write_text(
+            render_standalone_conf(self.distribution, ports, self.broker_settings)
+        )
         worker_yml.write_text(render_functions_worker_yml(self.distribution, ports, self.data_dir))
 
         cmd = [

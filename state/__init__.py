@@ -1,24 +1,70 @@
 """pulsar-shared-state: consistent shared state on Apache Pulsar."""
 
+from pulsar_state.aio import AsyncPulsarMap, AsyncSharedStateManager
+from pulsar_state.config import StateConfig
 from pulsar_state.errors import (
+    BadVersionError,
     BrokerError,
     BrokerNotRunningError,
     BrokerSetupError,
     BrokerStartError,
     ConfigurationError,
+    FencedError,
+    InvalidMessageError,
+    NotFoundError,
+    OperationTimeoutError,
     PortInUseError,
     PulsarAdminError,
     PulsarStateError,
+    StateClosedError,
+    StateTopicError,
+    ValueTooLargeError,
+    WriteFailedError,
 )
+from pulsar_state.manager import SharedStateManager, SharedStateManagerBuilder
+from pulsar_state.op_codec import OpCodec, SerializerCodec
+from pulsar_state.position import Position
+from pulsar_state.pulsar_map import PulsarMap
+from pulsar_state.retry import RetryPolicy
+from pulsar_state.serde import BytesSerde, JsonSerde, KeySerde, Serde, StrKeySerde, StrSerde
 
 __all__ = [
+    # State core
+    "SharedStateManager",
+    "SharedStateManagerBuilder",
+    "StateConfig",
+    "RetryPolicy",
+    "Position",
+    "OpCodec",
+    "SerializerCodec",
+    # Recipes
+    "PulsarMap",
+    # asyncio
+    "AsyncPulsarMap",
+    "AsyncSharedStateManager",
+    # Serialization
+    "Serde",
+    "KeySerde",
+    "JsonSerde",
+    "StrSerde",
+    "BytesSerde",
+    "StrKeySerde",
     # Errors
+    "PulsarStateError",
+    "ConfigurationError",
+    "StateClosedError",
+    "StateTopicError",
+    "FencedError",
+    "WriteFailedError",
+    "OperationTimeoutError",
+    "ValueTooLargeError",
+    "InvalidMessageError",
+    "BadVersionError",
+    "NotFoundError",
     "BrokerError",
-    "BrokerNotRunningError",
     "BrokerSetupError",
     "BrokerStartError",
-    "ConfigurationError",
+    "BrokerNotRunningError",
     "PortInUseError",
     "PulsarAdminError",
-    "PulsarStateError",
 ]

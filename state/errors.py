@@ -9,6 +9,7 @@ subclass) for failures it knows about; Pulsar client errors are wrapped with
 from __future__ import annotations
 
 __all__ = [
+    "BadVersionError",
     "BrokerError",
     "BrokerNotRunningError",
     "BrokerSetupError",
@@ -17,6 +18,14 @@ __all__ = [
     "PortInUseError",
     "PulsarAdminError",
     "PulsarStateError",
+    "InvalidMessageError",
+    "FencedError",
+    "NotFoundError",
+    "OperationTimeoutError",
+    "StateClosedError",
+    "StateTopicError",
+    "ValueTooLargeError",
+    "WriteFailedError",
 ]
 
 
@@ -28,6 +37,86 @@ class PulsarStateError(Exception):
 
 class ConfigurationError(PulsarStateError, ValueError):
     """A configuration value is missing, of the wrong type or out of range."""
+
+
+# -- the state core --------------------------------------------------------------
+
+
+class StateClosedError(PulsarStateError):
+    """The manager (or map) was closed, or failed and stopped."""
+
+
+class StateTopicError(PulsarStateError):
+    """The state topic is unusable: missing, partitioned, unprotected, not permitted."""
+
+
+class FencedError(PulsarStateError):
+    """Another writer took the topic over (PIP-68 fencing) while this one wrote.
+
+    Raised to callers only when retries are exhausted: a write that is fenced is
+    otherwise re-run by the manager after catching up. ``epoch`` is the writer
+    epoch that was lost.
+    """
+
+    retriable = True
+
+    def __init__(self, message: str, *, epoch: int | None = None) -> None:
+        self.epoch = epoch
+        super().__init__(message)
+
+
+class WriteFailedError(PulsarStateError):
+    """A write could not be published; ``attempts`` tells how often it was tried."""
+
+    retriable = True
+
+    def __init__(self, message: str, *, attempts: int) -> None:
+        self.attempts = attempts
+        super().__init__(message)
+
+
+class OperationTimeoutError(PulsarStateError, TimeoutError):
+    """An operation did not complete within its deadline."""
+
+    retriable = True
+
+
+class ValueTooLargeError(PulsarStateError, ValueError):
+    """A write is larger than one Pulsar entry may be (``max_write_bytes``)."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(f"write of {size} bytes exceeds max_write_bytes={limit}")
+
+
+class InvalidMessageError(PulsarStateError):
+    """A message on the state topic could not be decoded or applied.
+
+    Raised when the manager is configured with ``on_invalid_message="fail"``;
+    with ``"skip"`` (the default) such messages are logged, counted and skipped.
+    """
+
+    def __init__(self, message: str, *, position: str) -> None:
+        self.position = position
+        super().__init__(f"{message} (at {position})")
+
+
+class BadVersionError(PulsarStateError):
+    """A compare-and-set found another version than the expected one."""
+
+    def __init__(self, key: str, *, expected: object, actual: object) -> None:
+        self.key = key
+        self.expected_version = expected
+        self.actual_version = actual
+        super().__init__(f"{key!r}: expected version {expected!r}, found {actual!r}")
+
+
+class NotFoundError(PulsarStateError, KeyError):
+    """The key or path does not exist."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "not found"
 
 
 # -- the embedded broker -------------------------------------------------------

@@ -37,6 +37,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PULSAR_IMAGE = f"apachepulsar/pulsar:{DEFAULT_PULSAR_VERSION}"
 
 
+#: the embedded test broker deletes inactive topics quickly, so that the state
+#: core's topic protection is tested against the real thing
+TEST_BROKER_SETTINGS = {
+    "brokerDeleteInactiveTopicsFrequencySeconds": "5",
+    "brokerDeleteInactiveTopicsMaxInactiveDurationSeconds": "5",
+}
+
+
 def unique_name(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
@@ -130,7 +138,9 @@ def start_endpoint() -> PulsarEndpoint:
         return PulsarEndpoint(service_url=service_url, admin_url=admin_url, kind="env")
     if forced == "container" or (not forced and _docker_answers()):
         return _container_endpoint()
-    broker = StandaloneBroker(data_dir=REPO_ROOT / ".pulsar" / "test")
+    broker = StandaloneBroker(
+        data_dir=REPO_ROOT / ".pulsar" / "test", broker_settings=TEST_BROKER_SETTINGS
+    )
     broker.stop()  # a broker left by an interrupted session
     info = broker.start(fresh=True)
     return PulsarEndpoint(

@@ -1,0 +1,158 @@
+"""The few admin (REST) calls the state core needs: topic checks and protection.
+
+Protection of a state topic means: it exists as a non-partitioned topic, its
+retention is infinite (nothing acknowledged is ever trimmed), it is never
+deleted as "inactive" (the standalone's ``brokerDeleteInactiveTopicsEnabled``
+would otherwise delete a topic that only has readers), and, for last-value
+state, a compaction threshold keeps the compacted view small.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import quote
+
+import requests
+from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
+
+from pulsar_state.errors import StateTopicError
+
+__all__ = ["PulsarAdmin", "topic_path"]
+
+log = logging.getLogger(__name__)
+
+
+def topic_path(topic: str) -> str:
+    """``persistent://t/ns/name`` -> ``persistent/t/ns/name`` (validated)."""
+    if "://" not in topic:
+        topic = f"persistent://public/default/{topic}"
+    scheme, rest = topic.split("://", 1)
+    parts = rest.split("/")
+    if scheme != "persistent" or len(parts) != 3 or not all(parts):
+        raise StateTopicError(
+            f"a state topic must be persistent://tenant/namespace/name, got {topic!r}"
+        )
+    if "-partition-" in parts[2]:
+        raise StateTopicError(f"a state topic must not be a partition: {topic!r}")
+    return "persistent/" + "/".join(quote(p, safe="") for p in parts)
+
+
+class _TransientError(Exception):
+    pass
+
+
+class PulsarAdmin:
+    """Minimal Pulsar admin REST client (``requests``), with auth headers if given."""
+
+    def __init__(
+        self, admin_url: str, *, headers: dict[str, str] | None = None, timeout_s: float = 30.0
+    ) -> None:
+        if not admin_url.startswith(("http://", "https://")):
+            raise StateTopicError(f"admin_url must be http(s)://..., got {admin_url!r}")
+        self.admin_url = admin_url.rstrip("/")
+        self._session = requests.Session()
+        self._session.headers.update(headers or {})
+        self._timeout_s = timeout_s
+
+    def close(self) -> None:
+        self._session.close()
+
+    @retry(
+        retry=retry_if_exception_type(_TransientError),
+        stop=stop_after_delay(30),
+        wait=wait_exponential(multiplier=0.1, max=2),
+        reraise=True,
+    )
+    def request(self, method: str, path: str, json: Any = None) -> requests.Response:
+        try:
+            resp = self._session.request(
+                method, f"{self.admin_url}{path}", json=json, timeout=self._timeout_s
+            )
+        except requests.ConnectionError as exc:
+            raise _TransientError(str(exc)) from exc
+        if resp.status_code in (500, 502, 503, 307) and method == "GET":
+            raise _TransientError(f"{resp.status_code} {resp.text[:200]}")
+        return resp
+
+    def _check(self, resp: requests.Response, what: str, ok: tuple[int, ...] = (200, 204)) -> None:
+        if resp.status_code in ok:
+            return
+        if resp.status_code in (401, 403):
+            raise StateTopicError(f"{what}: not permitted ({resp.status_code}: {resp.text[:300]})")
+        raise StateTopicError(f"{what} failed ({resp.status_code}: {resp.text[:300]})")
+
+    # -- topics ---------------------------------------------------------------
+
+    def ensure_topic(self, topic: str) -> None:
+        """Create the non-partitioned topic unless it exists; refuse a partitioned one."""
+        path = topic_path(topic)
+        meta = self.request("GET", f"/admin/v2/{path}/partitions")
+        if meta.status_code == 200 and int(meta.json().get("partitions", 0)) > 0:
+            raise StateTopicError(f"{topic} is partitioned; a state topic must not be")
+        resp = self.request("PUT", f"/admin/v2/{path}")
+        self._check(resp, f"creating {topic}", ok=(200, 204, 409))
+
+    def protect(self, topic: str, *, compaction_threshold_bytes: int | None = None) -> None:
+        """Infinite retention, no inactive deletion, optional compaction threshold."""
+        path = topic_path(topic)
+        retention = {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}
+        self._check(
+            self.request("POST", f"/admin/v2/{path}/retention", json=retention),
+            f"setting infinite retention on {topic}",
+        )
+        inactive = {
+            "inactiveTopicDeleteMode": "delete_when_no_subscriptions",
+            "maxInactiveDurationSeconds": -1,
+            "deleteWhileInactive": False,
+        }
+        self._check(
+            self.request("POST", f"/admin/v2/{path}/inactiveTopicPolicies", json=inactive),
+            f"disabling inactive-topic deletion on {topic}",
+        )
+        if compaction_threshold_bytes is not None:
+            self._check(
+                self.request(
+                    "POST", f"/admin/v2/{path}/compactionThreshold", json=compaction_threshold_bytes
+                ),
+                f"setting the compaction threshold on {topic}",
+            )
+
+    def retention(self, topic: str) -> dict[str, Any]:
+        resp = self.request("GET", f"/admin/v2/{topic_path(topic)}/retention?applied=true")
+        self._check(resp, f"reading retention of {topic}")
+        return dict(resp.json() or {})
+
+    def compact(self, topic: str) -> None:
+        resp = self.request("PUT", f"/admin/v2/{topic_path(topic)}/compaction")
+        self._check(resp, f"triggering compaction of {topic}", ok=(200, 204, 409))
+
+    def compaction_status(self, topic: str) -> str:
+        resp = self.request("GET", f"/admin/v2/{topic_path(topic)}/compaction")
+        self._check(resp, f"reading compaction status of {topic}")
+        return str(resp.json().get("status", "NOT_RUN"))
+
+    def stats(self, topic: str) -> dict[str, Any]:
+        resp = self.request("GET", f"/admin/v2/{topic_path(topic)}/stats")
+        self._check(resp, f"reading stats of {topic}")
+        return dict(resp.json())
+
+    def reap_subscriptions(self, topic: str, prefix: str) -> list[str]:
+        """Delete ``prefix*`` subscriptions that no consumer holds (left by crashes)."""
+        subs = self.stats(topic).get("subscriptions", {})
+        reaped = []
+        for name, sub in subs.items():
+            if name.startswith(prefix) and not sub.get("consumers"):
+                resp = self.request(
+                    "DELETE",
+                    f"/admin/v2/{topic_path(topic)}/subscription/{quote(name, safe='')}",
+                )
+                if resp.status_code in (200, 204, 404):
+                    reaped.append(name)
+        if reaped:
+            log.info("reaped %d stale tail subscriptions on %s", len(reaped), topic)
+        return reaped
+
+    def delete_topic(self, topic: str, *, force: bool = True) -> None:
+        resp = self.request("DELETE", f"/admin/v2/{topic_path(topic)}?force={str(force).lower()}")
+        self._check(resp, f"deleting {topic}", ok=(200, 204, 404))

@@ -1,0 +1,146 @@
+"""The asyncio surface: the same core, awaited.
+
+Each call starts the same future-returning operation as the blocking surface
+and awaits it on the running loop (:func:`asyncio.wrap_future` completes the
+asyncio future from the core's threads through ``call_soon_threadsafe``). The
+exceptions are the same classes.
+
+    async with AsyncPulsarMap(client, topic, admin_url=...) as m:
+        await m.put("k", 1)
+        assert await m.get("k", latest=True) == 1
+
+Opening (bootstrap) blocks while it catches up, so ``open()`` runs it in a
+worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from typing import Any, Generic, Self, TypeVar
+
+from pulsar_state.manager import SharedStateManager
+from pulsar_state.position import Position
+from pulsar_state.pulsar_map import PulsarMap
+
+__all__ = ["AsyncPulsarMap", "AsyncSharedStateManager", "wrap"]
+
+T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
+S = TypeVar("S")
+Op = TypeVar("Op")
+R = TypeVar("R")
+
+
+async def wrap(future: Future[T]) -> T:
+    """Await a core future from asyncio."""
+    return await asyncio.wrap_future(future)
+
+
+class AsyncSharedStateManager(Generic[S, Op]):
+    """``await``-able :class:`SharedStateManager`."""
+
+    def __init__(self, manager: SharedStateManager[S, Op]) -> None:
+        self.sync = manager
+
+    async def read(
+        self,
+        reader: Callable[[S], R],
+        latest: bool = False,
+        *,
+        at_least: Position | str | None = None,
+    ) -> R:
+        return await wrap(self.sync.read(reader, latest, at_least=at_least))
+
+    async def write(
+        self,
+        generator: Callable[[S], Iterable[Op] | None],
+        reader: Callable[[S], R] | None = None,
+    ) -> Any:
+        return await wrap(self.sync.write(generator, reader))
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.sync.close)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncPulsarMap(Generic[K, V]):
+    """``await``-able :class:`PulsarMap`; construct with :meth:`open` or ``async with``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._args, self._kwargs = args, kwargs
+        self._map: PulsarMap[K, V] | None = None
+
+    @classmethod
+    async def open(cls, *args: Any, **kwargs: Any) -> AsyncPulsarMap[K, V]:
+        self = cls(*args, **kwargs)
+        self._map = await asyncio.to_thread(PulsarMap, *args, **kwargs)
+        return self
+
+    @property
+    def sync(self) -> PulsarMap[K, V]:
+        if self._map is None:
+            raise RuntimeError("use `await AsyncPulsarMap.open(...)` or `async with`")
+        return self._map
+
+    async def __aenter__(self) -> Self:
+        if self._map is None:
+            self._map = await asyncio.to_thread(PulsarMap, *self._args, **self._kwargs)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._map is not None:
+            await asyncio.to_thread(self._map.close)
+
+    async def get(self, key: K, latest: bool = False) -> V | None:
+        return await wrap(self.sync.get(key, latest))
+
+    async def get_or_default(self, key: K, default: V, latest: bool = False) -> V:
+        return await wrap(self.sync.get_or_default(key, default, latest))
+
+    async def list_keys(self, latest: bool = False) -> list[K]:
+        return await wrap(self.sync.list_keys(latest))
+
+    async def items(self, latest: bool = False) -> dict[K, V]:
+        return await wrap(self.sync.items(latest))
+
+    async def scan(
+        self, filter: Callable[[K, V], bool], processor: Callable[[K, V], Any], latest: bool = False
+    ) -> int:
+        return await wrap(self.sync.scan(filter, processor, latest))
+
+    async def put(self, key: K, value: V) -> Position:
+        return await wrap(self.sync.put(key, value))
+
+    async def put_all(self, entries: dict[K, V]) -> Position:
+        return await wrap(self.sync.put_all(entries))
+
+    async def put_if_absent(self, key: K, value: V) -> V | None:
+        return await wrap(self.sync.put_if_absent(key, value))
+
+    async def delete(self, key: K) -> V | None:
+        return await wrap(self.sync.delete(key))
+
+    async def replace(self, key: K, expected: V, value: V) -> bool:
+        return await wrap(self.sync.replace(key, expected, value))
+
+    async def update(self, key: K, fn: Callable[[V | None], V | None]) -> V | None:
+        return await wrap(self.sync.update(key, fn))
+
+    async def update_multiple(
+        self, filter: Callable[[K, V], bool], fn: Callable[[K, V], V | None]
+    ) -> int:
+        return await wrap(self.sync.update_multiple(filter, fn))
+
+    async def clear(self) -> int:
+        return await wrap(self.sync.clear())

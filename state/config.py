@@ -1,0 +1,93 @@
+"""Configuration of a state manager: one frozen, validated, keyword-only value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pulsar_state.errors import ConfigurationError
+from pulsar_state.retry import RetryPolicy
+
+__all__ = ["AccessMode", "StateConfig"]
+
+AccessMode = Literal["fencing", "wait", "exclusive"]
+_ACCESS_MODES = ("fencing", "wait", "exclusive")
+_ON_INVALID = ("skip", "fail")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StateConfig:
+    """Knobs of :class:`~pulsar_state.SharedStateManager` (all optional).
+
+    Attributes:
+        access_mode: how a writer gains the topic (PIP-68). ``"fencing"``
+            (``ExclusiveWithFencing``): take over at once, the previous holder's
+            unfinished write is re-run by it. ``"wait"`` (``WaitForExclusive``):
+            queue behind the holder, which lets go after ``idle_release_s``.
+            ``"exclusive"``: fail over to a retry while another holds it.
+        idle_release_s: let the producer go after this long without writes
+            (``None``: keep it until closed or fenced; the default in fencing mode).
+        retry: how often and how long a fenced or failed write is re-run.
+        operation_timeout_s: Pulsar operation timeout and default wait bound.
+        send_timeout_s: how long one publish may take before it counts as failed.
+        max_write_bytes: the largest write (one entry); Pulsar's default
+            ``maxMessageSize`` is 5 MiB.
+        max_ops_per_write: the most ops one write may hold.
+        on_invalid_message: ``"skip"`` (log, count, skip the whole write) or
+            ``"fail"`` (stop the manager with :class:`InvalidMessageError`).
+        read_compacted: bootstrap from the compacted view (bounded recovery).
+        ensure_retention: set infinite retention and no inactive-topic deletion
+            on the topic (needs ``admin_url``); a failure is an error.
+        compaction_threshold_bytes: topic compaction threshold to set for
+            compactable (keyed, last-value-wins) state; ``None`` leaves it alone.
+        subscription_prefix: prefix of each manager's own tail subscription.
+    """
+
+    access_mode: AccessMode = "fencing"
+    idle_release_s: float | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    operation_timeout_s: float = 30.0
+    send_timeout_s: float = 15.0
+    max_write_bytes: int = 4 * 1024 * 1024
+    max_ops_per_write: int = 50_000
+    on_invalid_message: Literal["skip", "fail"] = "skip"
+    read_compacted: bool = True
+    ensure_retention: bool = True
+    compaction_threshold_bytes: int | None = None
+    subscription_prefix: str = "pss-tail-"
+
+    def __post_init__(self) -> None:
+        if self.access_mode not in _ACCESS_MODES:
+            raise ConfigurationError(
+                f"access_mode must be one of {_ACCESS_MODES}, got {self.access_mode!r}"
+            )
+        if self.on_invalid_message not in _ON_INVALID:
+            raise ConfigurationError(
+                f"on_invalid_message must be one of {_ON_INVALID}, got {self.on_invalid_message!r}"
+            )
+        if not isinstance(self.retry, RetryPolicy):
+            raise ConfigurationError(f"retry must be a RetryPolicy, got {self.retry!r}")
+        for name in ("operation_timeout_s", "send_timeout_s"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or value <= 0:
+                raise ConfigurationError(f"{name} must be a positive number, got {value!r}")
+        if self.idle_release_s is not None and self.idle_release_s < 0:
+            raise ConfigurationError(f"idle_release_s must be >= 0, got {self.idle_release_s!r}")
+        if not isinstance(self.max_write_bytes, int) or not self.max_write_bytes >= 1024:
+            raise ConfigurationError(
+                f"max_write_bytes must be >= 1024, got {self.max_write_bytes!r}"
+            )
+        if not isinstance(self.max_ops_per_write, int) or self.max_ops_per_write < 1:
+            raise ConfigurationError(
+                f"max_ops_per_write must be >= 1, got {self.max_ops_per_write!r}"
+            )
+        if self.compaction_threshold_bytes is not None and self.compaction_threshold_bytes < 0:
+            raise ConfigurationError("compaction_threshold_bytes must be >= 0")
+        if not self.subscription_prefix:
+            raise ConfigurationError("subscription_prefix must not be empty")
+
+    @property
+    def effective_idle_release_s(self) -> float | None:
+        if self.idle_release_s is not None:
+            return self.idle_release_s
+        return 0.05 if self.access_mode == "wait" else None

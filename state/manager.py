@@ -1,0 +1,353 @@
+"""SharedStateManager: a replicated state machine on one Pulsar topic (PIP-137).
+
+Every manager on a topic holds the same state: a database object made by the
+*initializer*, changed only by the *applier*, one op at a time, in the topic's
+order. ``write`` runs a generator against the latest state and publishes the
+ops it returns as one atomic write; ``read`` runs a function against the local
+state, optionally after catching up with the topic (``latest=True``) or with a
+given write (``at_least=token``).
+
+Futures core: every call returns a :class:`concurrent.futures.Future`; block
+with ``.result()``, or ``await`` through :mod:`pulsar_state.aio`.
+
+Thread safety: the state is only touched under the manager's lock, by the
+tailer (applying) and by generators and readers (reading). Generators and
+readers must not keep references to the state past their return.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Generic, Self, TypeVar
+
+import pulsar
+
+from pulsar_state import metrics
+from pulsar_state.admin import PulsarAdmin, topic_path
+from pulsar_state.config import StateConfig
+from pulsar_state.errors import ConfigurationError, PulsarStateError, StateTopicError
+from pulsar_state.op_codec import OpCodec, SerializerCodec
+from pulsar_state.position import Position
+from pulsar_state.tailer import AppliedWrite, Tailer
+from pulsar_state.writer import Writer
+
+__all__ = ["SharedStateManager", "SharedStateManagerBuilder"]
+
+log = logging.getLogger(__name__)
+
+S = TypeVar("S")
+Op = TypeVar("Op")
+R = TypeVar("R")
+
+
+def full_topic_name(topic: str) -> str:
+    if not isinstance(topic, str) or not topic:
+        raise StateTopicError(f"topic must be a non-empty str, got {topic!r}")
+    if "://" not in topic:
+        topic = f"persistent://public/default/{topic}"
+    topic_path(topic)  # validates
+    return topic
+
+
+class SharedStateManager(Generic[S, Op]):
+    """See the module docstring. Build one with :meth:`builder`."""
+
+    @staticmethod
+    def builder(
+        client: pulsar.Client,
+        topic: str,
+        *,
+        admin_url: str | None = None,
+        admin_headers: dict[str, str] | None = None,
+    ) -> SharedStateManagerBuilder[Any, Any]:
+        return SharedStateManagerBuilder(
+            client, topic, admin_url=admin_url, admin_headers=admin_headers
+        )
+
+    def __init__(
+        self,
+        *,
+        client: pulsar.Client,
+        topic: str,
+        codec: OpCodec[Op],
+        initializer: Callable[[], S],
+        applier: Callable[[S, Op], Any],
+        config: StateConfig | None = None,
+        admin_url: str | None = None,
+        admin_headers: dict[str, str] | None = None,
+        compactable: bool = False,
+    ) -> None:
+        if not isinstance(client, pulsar.Client):
+            raise TypeError(f"client must be a pulsar.Client, got {type(client).__name__}")
+        if not callable(initializer) or not callable(applier):
+            raise TypeError("initializer and applier must be callables")
+        self.config = config or StateConfig()
+        self.topic = full_topic_name(topic)
+        self._admin = PulsarAdmin(admin_url, headers=admin_headers) if admin_url else None
+        if self.config.ensure_retention and self._admin is None:
+            raise ConfigurationError(
+                "admin_url is required to protect the state topic (infinite retention, no "
+                "inactive deletion); pass admin_url=... or StateConfig(ensure_retention=False) "
+                "if the namespace is already configured so"
+            )
+        if self._admin is not None:
+            self._admin.ensure_topic(self.topic)
+            if self.config.ensure_retention:
+                self._admin.protect(
+                    self.topic,
+                    compaction_threshold_bytes=(
+                        self.config.compaction_threshold_bytes if compactable else None
+                    ),
+                )
+            try:
+                self._admin.reap_subscriptions(self.topic, self.config.subscription_prefix)
+            except PulsarStateError:
+                log.debug("could not reap stale subscriptions on %s", self.topic, exc_info=True)
+        self._executor = ThreadPoolExecutor(
+            max_workers=8, thread_name_prefix=f"pss-read-{self.topic.rsplit('/', 1)[-1]}"
+        )
+        try:
+            self._tailer: Tailer[S, Op] = Tailer(
+                client=client,
+                topic=self.topic,
+                codec=codec,
+                applier=applier,
+                state=initializer(),
+                config=self.config,
+            )
+        except pulsar.PulsarException as exc:
+            self._executor.shutdown()
+            raise StateTopicError(f"cannot read {self.topic}: {exc}") from exc
+        self._tailer.start()
+        started = time.monotonic()
+        try:
+            self._tailer.catch_up(self.config.operation_timeout_s * 4)
+        except BaseException:
+            self._tailer.close()
+            self._executor.shutdown()
+            raise
+        self.bootstrap_s = time.monotonic() - started
+        metrics.BOOTSTRAP_SECONDS.labels(self.topic).set(self.bootstrap_s)
+        self._writer: Writer[S, Op] = Writer(
+            client=client,
+            topic=self.topic,
+            tailer=self._tailer,
+            codec=codec,
+            config=self.config,
+            compactable=compactable,
+        )
+        self._closed = False
+
+    # -- reads ----------------------------------------------------------------
+
+    def read(
+        self,
+        reader: Callable[[S], R],
+        latest: bool = False,
+        *,
+        at_least: Position | str | None = None,
+        timeout_s: float | None = None,
+    ) -> Future[R]:
+        """Run ``reader(state)``; with ``latest`` after catching up with the topic.
+
+        ``latest=True`` reflects every write acknowledged before the call began.
+        ``at_least`` (a token from :meth:`write`) waits only until that write is
+        applied locally. Both wait at most ``timeout_s``.
+        """
+        timeout = timeout_s if timeout_s is not None else self.config.operation_timeout_s
+        target = Position.parse(at_least) if at_least is not None else None
+        if not latest and (target is None or self._tailer.applied.covers(target)):
+            fut: Future[R] = Future()
+            try:
+                self._tailer._check_usable()
+                with self._tailer.lock:
+                    fut.set_result(reader(self._tailer.state))
+            except BaseException as exc:
+                fut.set_exception(exc)
+            return fut
+        return self._executor.submit(self._read_after, reader, latest, target, timeout)
+
+    def _read_after(
+        self, reader: Callable[[S], R], latest: bool, target: Position | None, timeout: float
+    ) -> R:
+        if latest:
+            self._tailer.catch_up(timeout)
+        if target is not None:
+            self._tailer.wait_applied(target, timeout)
+        with self._tailer.lock:
+            return reader(self._tailer.state)
+
+    # -- writes ---------------------------------------------------------------
+
+    def write(
+        self,
+        generator: Callable[[S], Iterable[Op] | None],
+        reader: Callable[[S], R] | None = None,
+        *,
+        blind: bool = False,
+    ) -> Future[Any]:
+        """Publish the ops ``generator(latest_state)`` returns, as one atomic write.
+
+        The generator may run more than once (after fencing, the writer catches
+        up and runs it again); it must not have side effects. The future gives
+        the write's position token, or ``reader(state)`` right after the write
+        when a reader is given. ``blind=True`` promises the generator ignores
+        the state, which lets such writes share one entry (group commit).
+        """
+        written = self._writer.submit(generator, blind=blind)
+        if reader is None:
+            return written
+        result: Future[Any] = Future()
+
+        def then(f: Future[Position]) -> None:
+            exc = f.exception()
+            if exc is not None:
+                result.set_exception(exc)
+                return
+            try:
+                with self._tailer.lock:
+                    result.set_result(reader(self._tailer.state))
+            except BaseException as err:
+                result.set_exception(err)
+
+        written.add_done_callback(then)
+        return result
+
+    # -- introspection --------------------------------------------------------
+
+    @property
+    def position(self) -> Position:
+        """The position local state has applied through."""
+        return self._tailer.applied
+
+    @property
+    def epoch(self) -> int | None:
+        """This process's writer epoch (fencing token) while it holds the topic.
+
+        Increases every time any writer gains the topic; attach it to external
+        side effects and reject those carrying an older one.
+        """
+        return self._writer.epoch
+
+    @property
+    def latest_epoch(self) -> int:
+        """The newest writer epoch local state has seen (from anyone)."""
+        return self._tailer.epoch
+
+    @property
+    def invalid_messages(self) -> int:
+        """Messages skipped as foreign, undecodable or failing to apply."""
+        return self._tailer.invalid_count
+
+    @property
+    def messages_read(self) -> int:
+        """Messages the tailer has read since start (bootstrap cost, in messages)."""
+        return self._tailer.received
+
+    @property
+    def admin(self) -> PulsarAdmin | None:
+        return self._admin
+
+    def add_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
+        """Call ``listener`` after each applied write (on the tailer thread; keep it short)."""
+        self._tailer.add_listener(listener)
+
+    def remove_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
+        self._tailer.remove_listener(listener)
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def close(self) -> None:
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        self._writer.close()
+        self._tailer.close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._admin is not None:
+            self._admin.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SharedStateManagerBuilder(Generic[S, Op]):
+    """PIP-137's builder: ``builder(...).with_...().build()``."""
+
+    def __init__(
+        self,
+        client: pulsar.Client,
+        topic: str,
+        *,
+        admin_url: str | None,
+        admin_headers: dict[str, str] | None,
+    ) -> None:
+        self._client = client
+        self._topic = topic
+        self._admin_url = admin_url
+        self._admin_headers = admin_headers
+        self._serializer: Callable[[Op], bytes] | None = None
+        self._deserializer: Callable[[bytes], Op] | None = None
+        self._codec: OpCodec[Op] | None = None
+        self._initializer: Callable[[], S] | None = None
+        self._applier: Callable[[S, Op], Any] | None = None
+        self._config = StateConfig()
+        self._compactable = False
+
+    def with_op_serializer(self, serializer: Callable[[Op], bytes]) -> Self:
+        self._serializer = serializer
+        return self
+
+    def with_op_deserializer(self, deserializer: Callable[[bytes], Op]) -> Self:
+        self._deserializer = deserializer
+        return self
+
+    def with_op_codec(self, codec: OpCodec[Op], *, compactable: bool = False) -> Self:
+        """Keyed ops. ``compactable``: last value per key wins, empty = delete."""
+        self._codec = codec
+        self._compactable = compactable
+        return self
+
+    def with_database_initializer(self, initializer: Callable[[], S]) -> Self:
+        self._initializer = initializer
+        return self
+
+    def with_change_log_applier(self, applier: Callable[[S, Op], Any]) -> Self:
+        self._applier = applier
+        return self
+
+    def with_config(self, config: StateConfig | None = None, **overrides: Any) -> Self:
+        """A :class:`StateConfig`, or keyword overrides of the current one."""
+        base = config or self._config
+        self._config = StateConfig(**{**base.__dict__, **overrides}) if overrides else base
+        return self
+
+    def build(self) -> SharedStateManager[S, Op]:
+        codec = self._codec
+        if codec is None:
+            if self._serializer is None or self._deserializer is None:
+                raise ConfigurationError(
+                    "set with_op_serializer and with_op_deserializer (or with_op_codec)"
+                )
+            codec = SerializerCodec(self._serializer, self._deserializer)
+        if self._initializer is None or self._applier is None:
+            raise ConfigurationError(
+                "set with_database_initializer and with_change_log_applier before build()"
+            )
+        return SharedStateManager(
+            client=self._client,
+            topic=self._topic,
+            codec=codec,
+            initializer=self._initializer,
+            applier=self._applier,
+            config=self._config,
+            admin_url=self._admin_url,
+            admin_headers=self._admin_headers,
+            compactable=self._compactable,
+        )

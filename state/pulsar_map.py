@@ -1,0 +1,307 @@
+"""PulsarMap: a replicated key-value map on one Pulsar topic (PIP-137's recipe).
+
+The topic is a plain keyed, compactable topic: the message key is the map key,
+the payload the serialized value, an empty payload deletes. Pulsar's own
+``TableView``, compaction and the Spark source read it as such (keys under
+``__pss__/`` are the state core's markers; skip them).
+
+Every call returns a :class:`concurrent.futures.Future`. Reads are local unless
+``latest=True``. ``put`` is a blind write (group commit with other puts);
+everything that looks at the current value (``update``, ``replace``,
+``put_if_absent``, ``delete``) runs against the latest state and is re-run if
+the writer is fenced meanwhile, so concurrent read-modify-writes lose nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from typing import Any, Generic, Self, TypeVar
+
+import pulsar
+
+from pulsar_state.config import StateConfig
+from pulsar_state.manager import SharedStateManager
+from pulsar_state.position import Position
+from pulsar_state.serde import JsonSerde, KeySerde, Serde, StrKeySerde
+from pulsar_state.topic_format import check_user_key
+
+__all__ = ["MapOp", "PulsarMap"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+R = TypeVar("R")
+
+DEFAULT_COMPACTION_THRESHOLD_BYTES = 16 * 1024 * 1024
+
+_DELETE: Any = object()
+
+
+class MapOp(Generic[K, V]):
+    """Set ``key`` to ``value``, or delete it (``value is MapOp.DELETE``)."""
+
+    DELETE: Any = _DELETE
+    __slots__ = ("key", "payload", "value")
+
+    def __init__(self, key: K, value: Any, payload: bytes = b"") -> None:
+        self.key = key
+        self.value = value
+        self.payload = payload
+
+    @property
+    def is_delete(self) -> bool:
+        return self.value is _DELETE
+
+
+class _MapCodec(Generic[K, V]):
+    def __init__(self, key_serde: KeySerde[K], value_serde: Serde[V]) -> None:
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+
+    def encode(self, op: MapOp[K, V]) -> tuple[str | None, bytes]:
+        key = check_user_key(self.key_serde.to_key(op.key))
+        return key, (b"" if op.is_delete else op.payload)
+
+    def repair(self, state: dict[K, V], keys: set[str]) -> list[MapOp[K, V]]:
+        """Ops that re-assert the current value (or absence) of ``keys``."""
+        ops: list[MapOp[K, V]] = []
+        for raw in sorted(keys):
+            key = self.key_serde.from_key(raw)
+            if key in state:
+                value = state[key]
+                ops.append(MapOp(key, value, self.value_serde.serialize(value)))
+            else:
+                ops.append(MapOp(key, _DELETE))
+        return ops
+
+    def decode(self, key: str, payload: bytes) -> MapOp[K, V]:
+        user_key = self.key_serde.from_key(key)
+        if not payload:
+            return MapOp(user_key, _DELETE)
+        return MapOp(user_key, self.value_serde.deserialize(payload), payload)
+
+
+def _apply(state: dict[Any, Any], op: MapOp[Any, Any]) -> None:
+    if op.is_delete:
+        state.pop(op.key, None)
+    else:
+        state[op.key] = op.value
+
+
+def _copy(value: Any) -> Any:
+    return copy.deepcopy(value) if isinstance(value, dict | list | set | bytearray) else value
+
+
+class PulsarMap(Generic[K, V]):
+    """A key-value map replicated through a Pulsar topic. See the module docstring."""
+
+    def __init__(
+        self,
+        client: pulsar.Client,
+        topic: str,
+        *,
+        admin_url: str | None = None,
+        admin_headers: dict[str, str] | None = None,
+        key_serde: KeySerde[K] | None = None,
+        value_serde: Serde[V] | None = None,
+        config: StateConfig | None = None,
+    ) -> None:
+        self._codec: _MapCodec[K, V] = _MapCodec(
+            key_serde or StrKeySerde(),  # type: ignore[arg-type]
+            value_serde or JsonSerde(),
+        )
+        self.manager: SharedStateManager[dict[K, V], MapOp[K, V]] = SharedStateManager(
+            client=client,
+            topic=topic,
+            codec=self._codec,
+            initializer=dict,
+            applier=_apply,
+            config=config
+            or StateConfig(compaction_threshold_bytes=DEFAULT_COMPACTION_THRESHOLD_BYTES),
+            admin_url=admin_url,
+            admin_headers=admin_headers,
+            compactable=True,
+        )
+
+    @property
+    def topic(self) -> str:
+        return self.manager.topic
+
+    # -- helpers --------------------------------------------------------------
+
+    def _op(self, key: K, value: V) -> MapOp[K, V]:
+        """Validate and serialize eagerly: bad keys and values fail at the call."""
+        check_user_key(self._codec.key_serde.to_key(key))
+        payload = self._codec.value_serde.serialize(value)
+        if not payload:
+            raise ValueError("a value must not serialize to empty bytes (that means delete)")
+        return MapOp(key, value, payload)
+
+    def _delete_op(self, key: K) -> MapOp[K, V]:
+        check_user_key(self._codec.key_serde.to_key(key))
+        return MapOp(key, _DELETE)
+
+    def _read(self, fn: Callable[[dict[K, V]], R], latest: bool) -> Future[R]:
+        return self.manager.read(fn, latest)
+
+    # -- reads ----------------------------------------------------------------
+
+    def get(self, key: K, latest: bool = False) -> Future[V | None]:
+        return self._read(lambda s: _copy(s.get(key)), latest)
+
+    def get_or_default(self, key: K, default: V, latest: bool = False) -> Future[V]:
+        return self._read(lambda s: _copy(s[key]) if key in s else default, latest)
+
+    def contains(self, key: K, latest: bool = False) -> Future[bool]:
+        return self._read(lambda s: key in s, latest)
+
+    def size(self, latest: bool = False) -> Future[int]:
+        return self._read(len, latest)
+
+    def list_keys(self, latest: bool = False) -> Future[list[K]]:
+        return self._read(list, latest)
+
+    def items(self, latest: bool = False) -> Future[dict[K, V]]:
+        """A copy of the whole map."""
+        return self._read(lambda s: {k: _copy(v) for k, v in s.items()}, latest)
+
+    def scan(
+        self,
+        filter: Callable[[K, V], bool],
+        processor: Callable[[K, V], Any],
+        latest: bool = False,
+    ) -> Future[int]:
+        """Call ``processor(k, v)`` for each entry ``filter`` accepts; count them.
+
+        Runs under the state lock on a consistent view; keep both functions quick.
+        """
+
+        def run(state: dict[K, V]) -> int:
+            count = 0
+            for k, v in state.items():
+                if filter(k, v):
+                    processor(k, _copy(v))
+                    count += 1
+            return count
+
+        return self._read(run, latest)
+
+    # -- writes ---------------------------------------------------------------
+
+    def put(self, key: K, value: V) -> Future[Position]:
+        """Set ``key``; the future gives the write's position token."""
+        op = self._op(key, value)
+        return self.manager.write(lambda _state: [op], blind=True)
+
+    def put_all(self, entries: dict[K, V]) -> Future[Position]:
+        """Set many keys in one atomic write."""
+        ops = [self._op(k, v) for k, v in entries.items()]
+        return self.manager.write(lambda _state: ops, blind=True)
+
+    def delete(self, key: K) -> Future[V | None]:
+        """Remove ``key``; the future gives the value it had (``None``: absent)."""
+        op = self._delete_op(key)
+        previous: dict[str, Any] = {}
+
+        def gen(state: dict[K, V]) -> list[MapOp[K, V]]:
+            previous["v"] = _copy(state.get(key))
+            return [op] if key in state else []
+
+        return self._then(self.manager.write(gen), lambda: previous.get("v"))
+
+    def put_if_absent(self, key: K, value: V) -> Future[V | None]:
+        """Set ``key`` unless present; the future gives the existing value or ``None``."""
+        op = self._op(key, value)
+        existing: dict[str, Any] = {}
+
+        def gen(state: dict[K, V]) -> list[MapOp[K, V]]:
+            if key in state:
+                existing["v"] = _copy(state[key])
+                return []
+            existing.pop("v", None)
+            return [op]
+
+        return self._then(self.manager.write(gen), lambda: existing.get("v"))
+
+    def replace(self, key: K, expected: V, value: V) -> Future[bool]:
+        """Set ``key`` to ``value`` only if it currently equals ``expected``."""
+        op = self._op(key, value)
+        outcome: dict[str, bool] = {}
+
+        def gen(state: dict[K, V]) -> list[MapOp[K, V]]:
+            outcome["ok"] = key in state and state[key] == expected
+            return [op] if outcome["ok"] else []
+
+        return self._then(self.manager.write(gen), lambda: outcome["ok"])
+
+    def update(self, key: K, fn: Callable[[V | None], V | None]) -> Future[V | None]:
+        """Set ``key`` to ``fn(current)`` atomically (``None`` result: delete).
+
+        ``fn`` may run several times (after fencing); it must be side-effect free.
+        """
+        result: dict[str, Any] = {}
+
+        def gen(state: dict[K, V]) -> list[MapOp[K, V]]:
+            new = fn(_copy(state.get(key)))
+            result["v"] = new
+            if new is None:
+                return [self._delete_op(key)] if key in state else []
+            return [self._op(key, new)]
+
+        return self._then(self.manager.write(gen), lambda: _copy(result.get("v")))
+
+    def update_multiple(
+        self, filter: Callable[[K, V], bool], fn: Callable[[K, V], V | None]
+    ) -> Future[int]:
+        """Replace every accepted entry with ``fn(k, v)`` in one atomic write."""
+        count: dict[str, int] = {}
+
+        def gen(state: dict[K, V]) -> list[MapOp[K, V]]:
+            ops = []
+            for k, v in state.items():
+                if filter(k, v):
+                    new = fn(k, _copy(v))
+                    ops.append(self._delete_op(k) if new is None else self._op(k, new))
+            count["n"] = len(ops)
+            return ops
+
+        return self._then(self.manager.write(gen), lambda: count["n"])
+
+    def clear(self) -> Future[int]:
+        """Delete every key in one atomic write; the future gives how many."""
+        count: dict[str, int] = {}
+
+        def gen(state: dict[K, V]) -> list[MapOp[K, V]]:
+            count["n"] = len(state)
+            return [self._delete_op(k) for k in state]
+
+        return self._then(self.manager.write(gen), lambda: count["n"])
+
+    @staticmethod
+    def _then(written: Future[Any], value: Callable[[], R]) -> Future[R]:
+        result: Future[R] = Future()
+
+        def done(f: Future[Any]) -> None:
+            exc = f.exception()
+            if exc is not None:
+                result.set_exception(exc)
+            else:
+                result.set_result(value())
+
+        written.add_done_callback(done)
+        return result
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def close(self) -> None:
+        self.manager.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self.list_keys().result())

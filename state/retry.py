@@ -1,0 +1,56 @@
+"""Retry policy: a copyable value with attempts, deadline, backoff and jitter.
+
+Deadlines come from :func:`time.monotonic`; ``sleep`` is injectable for tests.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pulsar_state.errors import ConfigurationError
+
+__all__ = ["RetryPolicy"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    """When to try again.
+
+    Attributes:
+        max_attempts: attempts in all (the first included); ``None``: no limit.
+        deadline_s: give up after this long since the first attempt.
+        initial_backoff_s / max_backoff_s: exponential backoff bounds.
+        jitter: spread each backoff by up to this fraction (0..1; 1 is "full
+            jitter"), so writers fenced together do not retry in lockstep.
+    """
+
+    max_attempts: int | None = 200
+    deadline_s: float = 120.0
+    initial_backoff_s: float = 0.01
+    max_backoff_s: float = 0.5
+    jitter: float = 1.0
+    sleep: Callable[[float], None] = field(default=time.sleep, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ConfigurationError(f"max_attempts must be >= 1 or None, got {self.max_attempts}")
+        if self.deadline_s <= 0:
+            raise ConfigurationError(f"deadline_s must be > 0, got {self.deadline_s}")
+        if not 0 <= self.initial_backoff_s <= self.max_backoff_s:
+            raise ConfigurationError("need 0 <= initial_backoff_s <= max_backoff_s")
+        if not 0 <= self.jitter <= 1:
+            raise ConfigurationError(f"jitter must be within 0..1, got {self.jitter}")
+
+    def backoff_s(self, attempt: int) -> float:
+        """Delay before attempt number ``attempt + 1`` (``attempt`` >= 1)."""
+        base = min(self.max_backoff_s, self.initial_backoff_s * (2 ** max(0, attempt - 1)))
+        return float(base * (1 - self.jitter * random.random()))
+
+    def exhausted(self, attempt: int, started: float) -> bool:
+        """Whether ``attempt`` attempts since ``started`` (monotonic) are enough."""
+        if self.max_attempts is not None and attempt >= self.max_attempts:
+            return True
+        return time.monotonic() - started >= self.deadline_s

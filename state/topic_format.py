@@ -1,0 +1,158 @@
+"""The state topic's wire format (version 1).
+
+Every write is **one Pulsar entry**: a batch of messages published by the
+writer's exclusive producer and flushed at once, so readers see all of it or
+none of it::
+
+    entry := op* commit
+    op     : key = the op's key (or a unique one), payload = the op's bytes,
+             properties {"pss": "1", "pss.k": "op", "pss.w": <write id>, "pss.e": <epoch>}
+    commit : key = "__pss__/commit", payload = JSON {"w": id, "n": #ops, "e": epoch},
+             properties {"pss": "1", "pss.k": "commit", "pss.w": <write id>, "pss.e": <epoch>}
+
+When a writer gains the topic it appends an **epoch marker** (key
+``"__pss__/epoch"``, properties ``{"pss": "1", "pss.k": "epoch"}``) and waits to
+read it back before running any generator: everything before the marker is
+older writers' work, nothing of theirs can land after it, and the marker's
+position is the writer's fencing epoch.
+
+Log-level fencing: the broker's ``ExclusiveWithFencing`` does not stop a write
+the old producer had in flight from landing *after* the new writer's marker (seen
+on Pulsar 4.0.8). So every reader applies a write only if its epoch is not older
+than the newest epoch seen before it in the log; a stale write is skipped by
+every reader alike, and its writer, seeing it skipped, re-runs it. A stale op
+could still be the last value of its key for compaction, so the writer that
+holds the topic re-writes the current value of every key a stale write touched
+("repair"). Keyless topics keep every marker (unique keys) instead.
+
+Compaction safety: a keyed op (a map entry) is "last value wins", an empty
+payload is a tombstone. Keyless ops get unique keys, so compaction keeps them.
+Every entry ends with a marker, and compaction keeps the latest marker of each
+kind, so the topic's last message is never compacted away (a trailing tombstone
+would otherwise make "caught up" unreachable for compacted readers). Keys under
+``"__pss__/"`` are reserved; TableView readers should ignore them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "COMMIT_KEY",
+    "EPOCH_KEY",
+    "FORMAT_VERSION",
+    "RESERVED_PREFIX",
+    "Commit",
+    "Kind",
+    "OutgoingMessage",
+    "check_user_key",
+    "commit_message",
+    "epoch_message",
+    "op_message",
+    "parse_commit",
+]
+
+FORMAT_VERSION = "1"
+PROP_FORMAT = "pss"
+PROP_KIND = "pss.k"
+PROP_WRITE = "pss.w"
+PROP_EPOCH = "pss.e"
+RESERVED_PREFIX = "__pss__/"
+COMMIT_KEY = RESERVED_PREFIX + "commit"
+EPOCH_KEY = RESERVED_PREFIX + "epoch"
+#: bytes counted per message on top of key and payload (metadata, properties)
+MESSAGE_OVERHEAD_BYTES = 96
+
+
+class Kind:
+    OP = "op"
+    COMMIT = "commit"
+    EPOCH = "epoch"
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingMessage:
+    key: str
+    payload: bytes
+    properties: dict[str, str]
+
+    @property
+    def size(self) -> int:
+        return len(self.key) + len(self.payload) + MESSAGE_OVERHEAD_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    write_id: str
+    count: int
+    epoch: int
+
+
+def check_user_key(key: str) -> str:
+    if not isinstance(key, str):
+        raise TypeError(f"an op key is a str, got {type(key).__name__}")
+    if key.startswith(RESERVED_PREFIX):
+        raise ValueError(f"keys starting with {RESERVED_PREFIX!r} are reserved: {key!r}")
+    return key
+
+
+def op_message(
+    write_id: str, index: int, key: str | None, payload: bytes, epoch: int
+) -> OutgoingMessage:
+    if key is None:
+        if not payload:
+            raise ValueError("a keyless op must not serialize to empty bytes (a tombstone)")
+        key = f"{RESERVED_PREFIX}op/{write_id}/{index}"
+    else:
+        check_user_key(key)
+    props = {
+        PROP_FORMAT: FORMAT_VERSION,
+        PROP_KIND: Kind.OP,
+        PROP_WRITE: write_id,
+        PROP_EPOCH: str(epoch),
+    }
+    return OutgoingMessage(key, payload, props)
+
+
+def commit_message(write_id: str, count: int, epoch: int, *, keep: bool) -> OutgoingMessage:
+    """``keep``: a unique key, so compaction keeps it (keyless topics)."""
+    payload = json.dumps({"w": write_id, "n": count, "e": epoch}, separators=(",", ":"))
+    props = {
+        PROP_FORMAT: FORMAT_VERSION,
+        PROP_KIND: Kind.COMMIT,
+        PROP_WRITE: write_id,
+        PROP_EPOCH: str(epoch),
+    }
+    key = f"{COMMIT_KEY}/{write_id}" if keep else COMMIT_KEY
+    return OutgoingMessage(key, payload.encode(), props)
+
+
+def epoch_message(writer_id: str, acquisition: int, *, keep: bool) -> OutgoingMessage:
+    """``keep``: a unique key, so compaction keeps it (keyless topics)."""
+    payload = json.dumps({"writer": writer_id}, separators=(",", ":"))
+    props = {PROP_FORMAT: FORMAT_VERSION, PROP_KIND: Kind.EPOCH, PROP_WRITE: writer_id}
+    key = f"{EPOCH_KEY}/{writer_id}/{acquisition}" if keep else EPOCH_KEY
+    return OutgoingMessage(key, payload.encode(), props)
+
+
+def message_epoch(properties: dict[str, str]) -> int:
+    """The writer epoch an op or commit carries (0 when absent or unreadable)."""
+    try:
+        return int(properties.get(PROP_EPOCH, "0"))
+    except ValueError:
+        return 0
+
+
+def parse_commit(payload: bytes) -> Commit:
+    """Decode a commit marker; ``ValueError`` if it is not one."""
+    data: Any = json.loads(payload)
+    if not isinstance(data, dict):
+        raise ValueError("commit marker is not a JSON object")
+    return Commit(str(data["w"]), int(data["n"]), int(data.get("e", 0)))
+
+
+def epoch_of(ledger: int, entry: int) -> int:
+    """The fencing epoch of an epoch marker at ``ledger:entry`` (increases with the log)."""
+    return (ledger << 32) | (entry & 0xFFFFFFFF)

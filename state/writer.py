@@ -1,0 +1,460 @@
+"""The writer: the only publisher to the state topic, through an exclusive producer.
+
+One thread takes write requests in order. For each it makes sure it holds the
+topic (PIP-68), runs the request's generator against the caught-up state,
+publishes the resulting ops as one entry, and hands the request's future to the
+tailer, which completes it once the write is applied locally (read-your-writes).
+
+Gaining the topic: create the exclusive producer, append an epoch marker, wait
+until the tailer has applied it. From then on nothing of an earlier writer can
+land, so the local state is the latest, and the marker's position is this
+writer's fencing epoch.
+
+Losing the topic: a publish that fails (fenced by a newer writer, broker gone,
+timed out) closes the producer; the affected requests are re-queued in order.
+After the topic is gained again and the state caught up, a request whose write
+did land after all (a timeout that was a success) is recognised by its write id
+and completed without running again; the others re-run their generators on the
+new state, as PIP-137 promises ("may be executed multiple times, until the
+operation succeeds").
+
+Blind writes (their generator ignores the state: ``put``, ``delete``) that are
+queued together go out in one entry: group commit.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import pulsar
+
+from pulsar_state import metrics
+from pulsar_state.config import StateConfig
+from pulsar_state.errors import (
+    FencedError,
+    OperationTimeoutError,
+    PulsarStateError,
+    StateClosedError,
+    ValueTooLargeError,
+    WriteFailedError,
+)
+from pulsar_state.op_codec import OpCodec
+from pulsar_state.position import Position
+from pulsar_state.tailer import Tailer
+from pulsar_state.topic_format import (
+    OutgoingMessage,
+    commit_message,
+    epoch_message,
+    epoch_of,
+    op_message,
+)
+
+__all__ = ["WriteRequest", "Writer"]
+
+log = logging.getLogger(__name__)
+
+S = TypeVar("S")
+Op = TypeVar("Op")
+
+_ACCESS = {
+    "fencing": pulsar.ProducerAccessMode.ExclusiveWithFencing,
+    "wait": pulsar.ProducerAccessMode.WaitForExclusive,
+    "exclusive": pulsar.ProducerAccessMode.Exclusive,
+}
+
+
+@dataclass(eq=False)
+class WriteRequest(Generic[S, Op]):
+    generator: Callable[[S], Any]
+    blind: bool
+    future: Future[Position] = field(default_factory=Future)
+    write_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    attempts: int = 0
+    submitted: float = field(default_factory=time.monotonic)
+
+
+class _PublishFailedError(Exception):
+    def __init__(self, result: object) -> None:
+        super().__init__(str(result))
+        self.result = result
+
+
+class _Acks:
+    """Counts down the acks of one entry; remembers the first failure."""
+
+    def __init__(self, count: int) -> None:
+        self._remaining = count
+        self._done = threading.Event()
+        self.error: object | None = None
+        self.last: Position | None = None
+        self._lock = threading.Lock()
+
+    def callback(self, result: pulsar.Result, msg_id: pulsar.MessageId) -> None:
+        with self._lock:
+            if result != pulsar.Result.Ok:
+                if self.error is None:
+                    self.error = result
+            else:
+                pos = Position.from_message_id(msg_id)
+                if self.last is None or pos > self.last:
+                    self.last = pos
+            self._remaining -= 1
+            if self._remaining <= 0:
+                self._done.set()
+
+    def wait(self, timeout_s: float) -> Position:
+        if not self._done.wait(timeout_s):
+            raise _PublishFailedError("no acknowledgement in time")
+        if self.error is not None or self.last is None:
+            raise _PublishFailedError(self.error)
+        return self.last
+
+
+class Writer(Generic[S, Op]):
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        client: pulsar.Client,
+        topic: str,
+        tailer: Tailer[S, Op],
+        codec: OpCodec[Op],
+        config: StateConfig,
+        compactable: bool = False,
+    ) -> None:
+        self._client = client
+        self._compactable = compactable
+        self._acquisitions = 0
+        self._losses = 0  # consecutive losses of the topic: contention backoff
+        self._topic = topic
+        self._tailer = tailer
+        self._codec = codec
+        self._config = config
+        self._queue: queue.SimpleQueue[WriteRequest[S, Op] | None] = queue.SimpleQueue()
+        self._retry: collections.deque[WriteRequest[S, Op]] = collections.deque()
+        self._producer: pulsar.Producer | None = None
+        self._epoch: int | None = None
+        self._last_sent: Position | None = None
+        self._last_write = time.monotonic()
+        self._closed = False
+        self.writer_id = uuid.uuid4().hex[:12]
+        self._labels = (topic,)
+        self._thread = threading.Thread(
+            target=self._run, name=f"pss-writer-{topic.rsplit('/', 1)[-1]}", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def epoch(self) -> int | None:
+        """The fencing epoch while this writer holds the topic, else ``None``."""
+        return self._epoch
+
+    def submit(self, generator: Callable[[S], Any], *, blind: bool = False) -> Future[Position]:
+        if self._closed:
+            raise StateClosedError("the state manager is closed")
+        request: WriteRequest[S, Op] = WriteRequest(generator, blind)
+        self._queue.put(request)
+        return request.future
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(None)
+        self._thread.join(timeout=self._config.operation_timeout_s)
+        self._release()
+        while True:  # anything still queued fails
+            try:
+                request = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if request is not None and not request.future.done():
+                request.future.set_exception(StateClosedError("the state manager is closed"))
+        for request in self._retry:
+            if not request.future.done():
+                request.future.set_exception(StateClosedError("the state manager is closed"))
+
+    # -- the loop -------------------------------------------------------------
+
+    def _next(self, timeout_s: float | None) -> WriteRequest[S, Op] | None:
+        if self._retry:
+            return self._retry.popleft()
+        try:
+            return self._queue.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+
+    def _drain_blind(self, first: WriteRequest[S, Op]) -> list[WriteRequest[S, Op]]:
+        group = [first]
+        if not first.blind:
+            return group
+        while len(group) < 1000:
+            if self._retry:
+                if not self._retry[0].blind:
+                    break
+                group.append(self._retry.popleft())
+                continue
+            try:
+                nxt = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if nxt is None:
+                self._queue.put(None)
+                break
+            if not nxt.blind:
+                self._retry.appendleft(nxt)
+                break
+            group.append(nxt)
+        return group
+
+    def _run(self) -> None:
+        while True:
+            idle = self._config.effective_idle_release_s
+            request = self._next(idle if self._producer is not None else None)
+            if request is None:
+                if self._closed:
+                    return
+                if self._producer is not None and idle is not None:
+                    self._release()
+                continue
+            if self._closed:
+                request.future.set_exception(StateClosedError("the state manager is closed"))
+                continue
+            group = self._drain_blind(request)
+            try:
+                self._process(group)
+            except Exception as exc:  # a bug: fail the requests, keep the thread
+                log.exception("writer of %s failed a group", self._topic)
+                for r in group:
+                    if not r.future.done():
+                        r.future.set_exception(PulsarStateError(f"writer failed: {exc!r}"))
+
+    def _process(self, group: list[WriteRequest[S, Op]]) -> None:
+        try:
+            self._acquire()
+        except PulsarStateError as exc:
+            for request in group:
+                request.attempts += 1
+            self._retry_later(group, exc)
+            return
+        messages: list[OutgoingMessage] = []
+        members: list[WriteRequest[S, Op]] = []
+        size = 0
+        for request in group:
+            request.attempts += 1
+            landed = self._tailer.write_position(request.write_id)
+            if landed is not None:
+                # an earlier attempt succeeded after all (e.g. a timeout that was not)
+                self._complete(request, landed)
+                continue
+            try:
+                batch = self._build(request)
+            except BaseException as exc:
+                request.future.set_exception(exc)
+                continue
+            if batch is None:  # nothing to write
+                request.future.set_result(self._tailer.applied)
+                continue
+            batch_size = sum(m.size for m in batch)
+            if members and (
+                size + batch_size > self._config.max_write_bytes
+                or len(messages) + len(batch) > self._config.max_ops_per_write + 1
+            ):
+                self._publish(members, messages)
+                messages, members, size = [], [], 0
+            messages.extend(batch)
+            members.append(request)
+            size += batch_size
+        if members:
+            self._publish(members, messages)
+
+    def _build(self, request: WriteRequest[S, Op]) -> list[OutgoingMessage] | None:
+        """Run the generator on caught-up state; the write's messages, or None."""
+        if not request.blind and self._last_sent is not None:
+            self._tailer.wait_applied(self._last_sent, self._config.operation_timeout_s)
+        with self._tailer.lock:
+            ops = request.generator(self._tailer.state)
+        if ops is None:
+            return None
+        ops = list(ops)
+        if not ops:
+            return None
+        if len(ops) > self._config.max_ops_per_write:
+            raise ValueTooLargeError(len(ops), self._config.max_ops_per_write)
+        assert self._epoch is not None
+        out = []
+        for index, op in enumerate(ops):
+            key, payload = self._codec.encode(op)
+            out.append(op_message(request.write_id, index, key, payload, self._epoch))
+        out.append(
+            commit_message(request.write_id, len(ops), self._epoch, keep=not self._compactable)
+        )
+        size = sum(m.size for m in out)
+        if size > self._config.max_write_bytes:
+            raise ValueTooLargeError(size, self._config.max_write_bytes)
+        return out
+
+    def _publish(self, members: list[WriteRequest[S, Op]], messages: list[OutgoingMessage]) -> None:
+        producer = self._producer
+        assert producer is not None
+        acks = _Acks(len(messages))
+        try:
+            for m in messages:
+                producer.send_async(
+                    m.payload, acks.callback, properties=m.properties, partition_key=m.key
+                )
+            producer.flush()
+            acks.wait(self._config.send_timeout_s + 5)
+        except (pulsar.PulsarException, _PublishFailedError) as exc:
+            self._lost(exc)
+            self._retry_later(members, exc)
+            return
+        last = acks.last
+        assert last is not None
+        self._last_sent = last
+        self._last_write = time.monotonic()
+        # a write is done when the tailer has applied it - or skipped it as stale
+        try:
+            self._tailer.wait_applied(last, self._config.operation_timeout_s)
+        except PulsarStateError as exc:
+            for request in members:
+                if not request.future.done():
+                    request.future.set_exception(exc)
+            return
+        rejected = [
+            r
+            for r in members
+            if self._tailer.was_rejected(r.write_id)
+            and self._tailer.write_position(r.write_id) is None
+        ]
+        if rejected:  # landed after a newer writer's epoch: we had lost the topic
+            self._lost(FencedError("a write landed stale: another writer holds the topic"))
+            self._retry_later(rejected, FencedError("fenced"))
+        else:
+            self._losses = 0
+        metrics.WRITES.labels(*self._labels).inc(len(members) - len(rejected))
+        for request in members:
+            if request not in rejected:
+                self._complete(request, self._tailer.write_position(request.write_id) or last)
+        if not rejected:
+            self._repair()
+
+    def _complete(self, request: WriteRequest[S, Op], landed: Position) -> None:
+        if request.future.done():
+            return
+        metrics.WRITE_SECONDS.labels(*self._labels).observe(time.monotonic() - request.submitted)
+        request.future.set_result(landed)
+
+    def _repair(self) -> None:
+        """Re-assert the current value of keys a stale write touched (see topic_format)."""
+        repair = getattr(self._codec, "repair", None)
+        if repair is None or not self._tailer.stale_keys or self._producer is None:
+            return
+        with self._tailer.lock:
+            keys = dict(self._tailer.stale_keys)
+        request: WriteRequest[S, Op] = WriteRequest(lambda state: repair(state, set(keys)), False)
+        log.info("repairing %d keys a stale write touched on %s", len(keys), self._topic)
+        self._retry.appendleft(request)
+
+        def forget(done: Future[Position]) -> None:
+            if done.exception() is None:
+                self._tailer.repaired(keys, done.result())
+
+        request.future.add_done_callback(forget)
+
+    # -- holding the topic ----------------------------------------------------
+
+    def _acquire(self) -> None:
+        if self._producer is not None:
+            return
+        if self._losses:  # let the writer that just won make progress
+            retry = self._config.retry
+            retry.sleep(retry.backoff_s(self._losses))
+        try:
+            producer = self._client.create_producer(
+                self._topic,
+                access_mode=_ACCESS[self._config.access_mode],
+                send_timeout_millis=int(self._config.send_timeout_s * 1000),
+                batching_enabled=True,
+                batching_max_messages=self._config.max_ops_per_write * 2 + 2000,
+                batching_max_allowed_size_in_bytes=self._config.max_write_bytes * 2,
+                batching_max_publish_delay_ms=3_600_000,  # entries end at flush()
+                max_pending_messages=1_000_000,
+                block_if_queue_full=True,
+                properties={"pulsar-state-writer": self.writer_id},
+            )
+        except pulsar.PulsarException as exc:
+            raise FencedError(f"could not gain the topic: {exc}") from exc
+        self._producer = producer
+        try:
+            acks = _Acks(1)
+            self._acquisitions += 1
+            marker = epoch_message(self.writer_id, self._acquisitions, keep=not self._compactable)
+            producer.send_async(
+                marker.payload,
+                acks.callback,
+                properties=marker.properties,
+                partition_key=marker.key,
+            )
+            producer.flush()
+            position = acks.wait(self._config.send_timeout_s + 5)
+            self._tailer.wait_applied(position, self._config.operation_timeout_s)
+        except (pulsar.PulsarException, _PublishFailedError, OperationTimeoutError) as exc:
+            self._lost(exc)
+            raise FencedError(f"lost the topic while gaining it: {exc}") from exc
+        self._epoch = epoch_of(position.ledger, position.entry)
+        self._last_sent = position
+        log.info("writer %s holds %s with epoch %s", self.writer_id, self._topic, self._epoch)
+        self._repair()
+
+    def _lost(self, exc: BaseException) -> None:
+        fenced = isinstance(exc, pulsar.ProducerFenced) or "Fenced" in str(exc)
+        self._losses += 1
+        if fenced:
+            metrics.FENCES.labels(*self._labels).inc()
+        log.info("writer %s lost %s (%s)", self.writer_id, self._topic, exc)
+        self._release()
+
+    def _release(self) -> None:
+        producer, self._producer, self._epoch = self._producer, None, None
+        if producer is not None:
+            with contextlib.suppress(pulsar.PulsarException):
+                producer.close()
+
+    def _retry_later(self, group: list[WriteRequest[S, Op]], exc: BaseException) -> None:
+        retry = self._config.retry
+        keep = []
+        for request in group:
+            if request.future.done():
+                continue
+            if self._closed:
+                request.future.set_exception(StateClosedError("the state manager is closed"))
+            elif retry.exhausted(max(request.attempts, 1), request.submitted):
+                error_cls = FencedError if isinstance(exc, FencedError) else WriteFailedError
+                if error_cls is FencedError:
+                    request.future.set_exception(
+                        FencedError(f"gave up after {request.attempts} attempts: {exc}")
+                    )
+                else:
+                    request.future.set_exception(
+                        WriteFailedError(
+                            f"gave up after {request.attempts} attempts: {exc}",
+                            attempts=request.attempts,
+                        )
+                    )
+            else:
+                keep.append(request)
+        if keep:
+            metrics.WRITE_RETRIES.labels(*self._labels).inc(len(keep))
+            self._retry.extendleft(reversed(keep))

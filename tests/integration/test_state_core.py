@@ -1,0 +1,418 @@
+"""The state core's promises, each shown on the real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pulsar
+import pytest
+import requests
+from harness import PulsarEndpoint, unique_topic, wait_until
+from state_workers import increment_worker
+
+from pulsar_state import (
+    AsyncPulsarMap,
+    InvalidMessageError,
+    Position,
+    PulsarMap,
+    SharedStateManager,
+    StateClosedError,
+    StateConfig,
+    ValueTooLargeError,
+)
+from pulsar_state.admin import PulsarAdmin
+from pulsar_state.aio import AsyncSharedStateManager
+
+ClientFactory = Callable[[], pulsar.Client]
+
+
+def adder(client: pulsar.Client, topic: str, admin_url: str, **config: Any) -> SharedStateManager:
+    """A non-idempotent state machine: ops are numbers added to a total."""
+    return (
+        SharedStateManager.builder(client, topic, admin_url=admin_url)
+        .with_op_serializer(lambda n: json.dumps(n).encode())
+        .with_op_deserializer(json.loads)
+        .with_database_initializer(lambda: {"total": 0, "ops": 0})
+        .with_change_log_applier(_add)
+        .with_config(**config)
+        .build()
+    )
+
+
+def _add(state: dict[str, int], op: int) -> None:
+    if not isinstance(op, int):
+        raise TypeError(f"not a number: {op!r}")
+    state["total"] += op
+    state["ops"] += 1
+
+
+# -- 1. fencing and read-modify-write under contention ------------------------
+
+
+def test_processes_incrementing_one_key_lose_nothing(pulsar_endpoint: PulsarEndpoint) -> None:
+    topic = unique_topic("incr")
+    ctx = multiprocessing.get_context("spawn")
+    workers, times = 4, 25
+    with ctx.Pool(workers) as pool:
+        results = pool.starmap(
+            increment_worker,
+            [
+                (pulsar_endpoint.service_url, pulsar_endpoint.admin_url, topic, "n", times)
+                for _ in range(workers)
+            ],
+        )
+    assert sum(results) == workers * times
+    client = pulsar.Client(pulsar_endpoint.service_url)
+    try:
+        with PulsarMap[str, int](client, topic, admin_url=pulsar_endpoint.admin_url) as m:
+            assert m.get("n", latest=True).result() == workers * times
+    finally:
+        client.close()
+
+
+def test_threads_and_managers_sharing_a_topic(make_client: ClientFactory, admin_url: str) -> None:
+    topic = unique_topic("threads")
+    maps = [PulsarMap[str, int](make_client(), topic, admin_url=admin_url) for _ in range(3)]
+    try:
+
+        def work(m: PulsarMap[str, int]) -> None:
+            for _ in range(10):
+                m.update("n", lambda v: (v or 0) + 1).result(timeout=60)
+
+        threads = [threading.Thread(target=work, args=(m,)) for m in maps for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [m.get("n", latest=True).result() for m in maps] == [90, 90, 90]
+    finally:
+        for m in maps:
+            m.close()
+
+
+def test_fenced_writer_reruns_its_generator_on_new_state(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    topic = unique_topic("fence")
+    a = adder(make_client(), topic, admin_url)
+    b = adder(make_client(), topic, admin_url)
+    try:
+        a.write(lambda s: [1]).result(timeout=30)
+        epoch_a = a.epoch
+        b.write(lambda s: [10]).result(timeout=30)  # b takes the topic over
+        assert b.epoch is not None and epoch_a is not None and b.epoch > epoch_a
+        seen: list[int] = []
+
+        def generator(state: dict[str, int]) -> list[int]:
+            seen.append(state["total"])
+            return [100]
+
+        a.write(generator).result(timeout=30)  # a is fenced, catches up, re-runs
+        assert seen[-1] == 11
+        assert a.read(lambda s: s["total"], latest=True).result() == 111
+        assert b.read(lambda s: s["total"], latest=True).result() == 111
+        assert a.latest_epoch == a.epoch
+    finally:
+        a.close()
+        b.close()
+
+
+# -- 2. no double apply -------------------------------------------------------
+
+
+def test_a_writers_own_ops_apply_exactly_once(make_client: ClientFactory, admin_url: str) -> None:
+    topic = unique_topic("once")
+    with adder(make_client(), topic, admin_url) as m:
+        for n in (1, 2, 3, 4):
+            m.write(lambda s, n=n: [n]).result(timeout=30)
+        time.sleep(0.3)  # any second apply would have happened by now
+        assert m.read(dict).result() == {"total": 10, "ops": 4}
+    with adder(make_client(), topic, admin_url) as again:
+        assert again.read(dict).result() == {"total": 10, "ops": 4}
+
+
+# -- 3. atomic multi-op writes ------------------------------------------------
+
+
+def test_multi_op_write_is_seen_whole_or_not_at_all(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    topic = unique_topic("atomic")
+    keys = [f"k{i}" for i in range(40)]
+    writer = PulsarMap[str, int](make_client(), topic, admin_url=admin_url)
+    reader = PulsarMap[str, int](make_client(), topic, admin_url=admin_url)
+    torn: list[set[int]] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            values = set(reader.items().result().values())
+            if len(values) > 1:
+                torn.append(values)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        for generation in range(30):
+            writer.put_all(dict.fromkeys(keys, generation)).result(timeout=30)
+            writer.update_multiple(lambda k, v: True, lambda k, v: v + 1000).result(timeout=30)
+    finally:
+        stop.set()
+        watcher.join()
+    assert torn == []
+    assert set(reader.items(latest=True).result().values()) == {1029}
+    writer.close()
+    reader.close()
+
+
+# -- 4. latest reads and position tokens --------------------------------------
+
+
+def test_latest_read_sees_every_acknowledged_write(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    topic = unique_topic("latest")
+    a = PulsarMap[str, int](make_client(), topic, admin_url=admin_url)
+    b = PulsarMap[str, int](make_client(), topic, admin_url=admin_url)
+    try:
+        for i in range(20):
+            a.put("k", i).result(timeout=30)
+            assert b.get("k", latest=True).result(timeout=30) == i
+        token = a.put("k", 99).result(timeout=30)
+        assert isinstance(token, Position)
+        assert b.manager.read(lambda s: s["k"], at_least=token).result(timeout=30) == 99
+        assert b.manager.read(lambda s: s["k"], at_least=str(token)).result(timeout=30) == 99
+    finally:
+        a.close()
+        b.close()
+
+
+# -- 5 and 6. restarts, bootstrap, compaction ---------------------------------
+
+
+def test_state_survives_reopening(make_client: ClientFactory, admin_url: str) -> None:
+    topic = unique_topic("reopen")
+    with PulsarMap[str, Any](make_client(), topic, admin_url=admin_url) as m:
+        m.put("a", {"x": [1, 2]}).result()
+        m.put("b", "text").result()
+        m.delete("b").result()
+        m.put("c", 3.5).result()
+    with PulsarMap[str, Any](make_client(), topic, admin_url=admin_url) as m:
+        assert m.items().result() == {"a": {"x": [1, 2]}, "c": 3.5}
+
+
+def _compact(admin_url: str, topic: str) -> None:
+    admin = PulsarAdmin(admin_url)
+    try:
+        admin.compact(topic)
+        wait_until(
+            lambda: admin.compaction_status(topic) == "SUCCESS",
+            timeout_s=60,
+            interval_s=0.5,
+            message="compaction finished",
+        )
+    finally:
+        admin.close()
+
+
+def test_compaction_bounds_bootstrap_and_loses_nothing(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    topic = unique_topic("compact")
+    expected: dict[str, int] = {}
+    with PulsarMap[str, int](make_client(), topic, admin_url=admin_url) as m:
+        futures = []
+        for i in range(2000):
+            key = f"k{i % 10}"
+            futures.append(m.put(key, i))
+            expected[key] = i
+        for f in futures:
+            f.result(timeout=60)
+        m.delete("k3").result()
+        del expected["k3"]
+        m.put("k4", -1).result()
+        expected["k4"] = -1
+        m.delete("k4").result()  # the topic now ends with a tombstone
+        del expected["k4"]
+        raw_messages = m.manager.messages_read
+    _compact(admin_url, topic)
+    with PulsarMap[str, int](make_client(), topic, admin_url=admin_url) as m:
+        assert m.items().result() == expected
+        assert m.manager.messages_read < 40 < raw_messages
+        assert m.get("k0", latest=True).result(timeout=30) == expected["k0"]
+        m.put("after", 1).result(timeout=30)
+        assert m.get("after", latest=True).result() == 1
+
+
+def test_keyless_ops_are_kept_by_compaction(make_client: ClientFactory, admin_url: str) -> None:
+    topic = unique_topic("keyless")
+    with adder(make_client(), topic, admin_url) as m:
+        for _ in range(50):
+            m.write(lambda s: [2]).result(timeout=30)
+    _compact(admin_url, topic)
+    with adder(make_client(), topic, admin_url) as m:
+        assert m.read(dict).result() == {"total": 100, "ops": 50}
+
+
+# -- 7. topic protection ------------------------------------------------------
+
+
+def test_state_topic_is_protected_from_deletion(
+    pulsar_endpoint: PulsarEndpoint, make_client: ClientFactory, admin_url: str
+) -> None:
+    topic = unique_topic("protected")
+    control = unique_topic("unprotected")
+    client = make_client()
+    with PulsarMap[str, int](client, topic, admin_url=admin_url) as m:
+        m.put("k", 1).result()
+    producer = client.create_producer(control)
+    producer.send(b"x")
+    producer.close()
+    admin = PulsarAdmin(admin_url)
+    assert wait_until(
+        lambda: admin.retention(topic).get("retentionTimeInMinutes") == -1,
+        timeout_s=30,
+        message="infinite retention applied",
+    )
+
+    def exists(t: str) -> bool:
+        path = t.replace("persistent://", "persistent/")
+        return requests.get(f"{admin_url}/admin/v2/{path}/stats", timeout=10).status_code == 200
+
+    if pulsar_endpoint.kind == "standalone":  # its inactive-topic GC runs every 5 s
+        wait_until(lambda: not exists(control), timeout_s=60, message="control topic deleted")
+    else:
+        time.sleep(5)
+    assert exists(topic)
+    with PulsarMap[str, int](client, topic, admin_url=admin_url) as m:
+        assert m.get("k").result() == 1
+
+
+# -- 8. bad input -------------------------------------------------------------
+
+
+def _pollute(client: pulsar.Client, topic: str) -> None:
+    producer = client.create_producer(topic)
+    producer.send(b"not ours")  # foreign: no format property
+    bad_op = {"pss": "1", "pss.k": "op", "pss.w": "bad", "pss.e": str(2**62)}
+    producer.send(b"\xff\xfe", properties=bad_op)
+    producer.send(b"{}", properties={"pss": "1", "pss.k": "commit", "pss.w": "bad"})
+    producer.close()
+
+
+def test_foreign_and_undecodable_messages_are_skipped_and_counted(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    topic = unique_topic("dirty")
+    client = make_client()
+    with adder(client, topic, admin_url) as m:
+        m.write(lambda s: [5]).result()
+    _pollute(client, topic)
+    with adder(client, topic, admin_url) as m:
+        assert m.read(dict).result() == {"total": 5, "ops": 1}
+        assert m.invalid_messages == 3
+        m.write(lambda s: [1]).result(timeout=30)
+        assert m.read(lambda s: s["total"], latest=True).result() == 6
+
+
+def test_fail_fast_on_invalid_messages(make_client: ClientFactory, admin_url: str) -> None:
+    topic = unique_topic("strict")
+    client = make_client()
+    _pollute(client, topic)
+    with pytest.raises(InvalidMessageError, match="without pss"):
+        adder(client, topic, admin_url, on_invalid_message="fail")
+
+
+def test_bad_values_are_clear_errors_and_change_nothing(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    topic = unique_topic("bad")
+    config = StateConfig(max_write_bytes=64 * 1024)
+    with PulsarMap[str, Any](make_client(), topic, admin_url=admin_url, config=config) as m:
+        m.put("ok", 1).result()
+        with pytest.raises(TypeError):
+            m.put("k", object())
+        with pytest.raises(TypeError):
+            m.put(42, 1)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="reserved"):
+            m.put("__pss__/commit", 1)
+        with pytest.raises(ValueTooLargeError):
+            m.put("big", "x" * 100_000).result(timeout=30)
+        with pytest.raises(ZeroDivisionError):
+            m.update("ok", lambda v: 1 // 0).result(timeout=30)
+        assert m.items(latest=True).result() == {"ok": 1}
+    with pytest.raises(StateClosedError):
+        m.put("late", 1)
+
+
+# -- the rest of the map API and the asyncio surface --------------------------
+
+
+def test_map_api(make_client: ClientFactory, admin_url: str) -> None:
+    topic = unique_topic("api")
+    with PulsarMap[str, int](make_client(), topic, admin_url=admin_url) as m:
+        assert m.get("a").result() is None
+        assert m.get_or_default("a", 7).result() == 7
+        assert m.put_if_absent("a", 1).result() is None
+        assert m.put_if_absent("a", 2).result() == 1
+        assert m.replace("a", 5, 9).result() is False
+        assert m.replace("a", 1, 9).result() is True
+        m.put_all({"b": 2, "c": 3}).result()
+        assert sorted(m.list_keys().result()) == ["a", "b", "c"]
+        seen: dict[str, int] = {}
+        assert m.scan(lambda k, v: v > 2, seen.__setitem__).result() == 2
+        assert seen == {"a": 9, "c": 3}
+        assert m.update("b", lambda v: None).result() is None  # None deletes
+        assert m.delete("c").result() == 3
+        assert m.delete("zzz").result() is None
+        assert m.clear().result() == 1
+        assert m.size(latest=True).result() == 0
+
+
+def test_asyncio_surface(pulsar_endpoint: PulsarEndpoint, admin_url: str) -> None:
+    topic = unique_topic("aio")
+
+    async def main() -> None:
+        client = pulsar.Client(pulsar_endpoint.service_url)
+        try:
+            async with AsyncPulsarMap[str, int](client, topic, admin_url=admin_url) as m:
+                await m.put("a", 1)
+                assert await m.update("a", lambda v: (v or 0) + 1) == 2
+                assert await m.get("a", latest=True) == 2
+                with pytest.raises(ValueTooLargeError):
+                    await m.put("big", "x" * (5 * 1024 * 1024))  # type: ignore[arg-type]
+            manager = AsyncSharedStateManager(adder(client, topic + "-adder", admin_url))
+            async with manager:
+                await manager.write(lambda s: [3])
+                assert await manager.read(lambda s: s["total"], latest=True) == 3
+        finally:
+            client.close()
+
+    asyncio.run(main())
+
+
+# -- faults: run last ---------------------------------------------------------
+
+
+@pytest.mark.fault
+def test_clients_recover_from_a_broker_restart(
+    pulsar_endpoint: PulsarEndpoint, make_client: ClientFactory, admin_url: str
+) -> None:
+    if not pulsar_endpoint.can_restart:
+        pytest.skip(f"cannot restart a {pulsar_endpoint.kind} broker")
+    topic = unique_topic("restart")
+    with PulsarMap[str, int](make_client(), topic, admin_url=admin_url) as m:
+        for _i in range(10):
+            m.update("n", lambda v: (v or 0) + 1).result(timeout=30)
+        pulsar_endpoint.restart()
+        for _i in range(10):
+            m.update("n", lambda v: (v or 0) + 1).result(timeout=120)
+        assert m.get("n", latest=True).result(timeout=60) == 20
+    with PulsarMap[str, int](make_client(), topic, admin_url=admin_url) as m:
+        assert m.get("n").result() == 20
