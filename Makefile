@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SOURCES := setup.py pyproject.toml $(shell find state functions connectors deploy -name '*.py' -o -name py.typed 2>/dev/null)
 
-.PHONY: run test test-unit test-integration lint format broker-start broker-stop clean
+.PHONY: bench-core run test test-unit test-integration lint format broker-start broker-stop clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ run: $(STAMP)
 	$(VENV)/bin/pulsar-state -v demo --data-dir .pulsar/run
 
 test: $(STAMP) lint
-	$(PY) -m pytest tests
+	$(PY) -m pytest
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit
@@ -50,3 +50,6 @@ clean:
 	-$(VENV)/bin/pulsar-state broker stop --data-dir .pulsar/run
 	-$(VENV)/bin/pulsar-state broker stop --data-dir .pulsar/test
 	rm -rf build .pulsar .pytest_cache .mypy_cache .ruff_cache *.egg-info
+
+bench-core: $(STAMP)
+	$(PY) -m bench.core

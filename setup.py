@@ -69,6 +69,7 @@ setup(
             "mypy>=1.10",
             "types-requests",
             "types-PyYAML",
+            "types-tqdm",
         ],
     },
     entry_points={"console_scripts": ["pulsar-state=pulsar_state.cli:main"]},

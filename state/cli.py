@@ -8,6 +8,7 @@ import click
 
 from pulsar_state.deploy.cli import broker
 from pulsar_state.deploy.demo import demo
+from pulsar_state.map_cli import map_group
 
 __all__ = ["main"]
 
@@ -23,6 +24,7 @@ def main(verbose: int) -> None:
 
 main.add_command(broker)
 main.add_command(demo)
+main.add_command(map_group)
 
 
 if __name__ == "__main__":

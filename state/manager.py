@@ -168,7 +168,41 @@ class SharedStateManager(Generic[S, Op]):
             except BaseException as exc:
                 fut.set_exception(exc)
             return fut
+        if latest and target is None:
+            return self._read_latest(reader, timeout)
         return self._executor.submit(self._read_after, reader, latest, target, timeout)
+
+    def _read_latest(self, reader: Callable[[S], R], timeout: float) -> Future[R]:
+        """Ask the broker for the last position; read once local state covers it.
+
+        No thread of ours blocks: the broker's answer and the tailer's apply
+        complete the future (the common, caught-up case costs one round trip).
+        """
+        result: Future[R] = Future()
+
+        def run_reader(applied: Future[Position]) -> None:
+            exc = applied.exception()
+            if exc is not None:
+                result.set_exception(exc)
+                return
+            try:
+                with self._tailer.lock:
+                    result.set_result(reader(self._tailer.state))
+            except BaseException as err:
+                result.set_exception(err)
+
+        def on_last(last: Future[Position]) -> None:
+            exc = last.exception()
+            if exc is not None:
+                result.set_exception(exc)
+                return
+            self._tailer.when_applied(last.result()).add_done_callback(run_reader)
+
+        try:
+            self._tailer.last_position_async().add_done_callback(on_last)
+        except PulsarStateError as exc:
+            result.set_exception(exc)
+        return result
 
     def _read_after(
         self, reader: Callable[[S], R], latest: bool, target: Position | None, timeout: float

@@ -216,6 +216,29 @@ class Tailer(Generic[S, Op]):
                 heapq.heappush(self._waiters, (target, next(self._seq), fut))
         return fut
 
+    def last_position_async(self) -> Future[Position]:
+        """:meth:`last_position` without a thread of ours waiting on it."""
+        fut: Future[Position] = Future()
+        self._check_usable()
+        native = getattr(self._consumer, "_consumer", None)
+        if native is None or not hasattr(native, "get_last_message_id_async"):
+            try:
+                fut.set_result(self.last_position())
+            except PulsarStateError as exc:
+                fut.set_exception(exc)
+            return fut
+
+        def done(result: pulsar.Result, msg_id: pulsar.MessageId) -> None:
+            if result == pulsar.Result.Ok:
+                fut.set_result(Position.from_message_id(msg_id))
+            else:
+                fut.set_exception(
+                    OperationTimeoutError(f"could not get the last message id: {result}")
+                )
+
+        native.get_last_message_id_async(done)
+        return fut
+
     def catch_up(self, timeout_s: float) -> Position:
         """Wait until every write acknowledged before this call is applied."""
         target = self.last_position()
@@ -314,7 +337,7 @@ class Tailer(Generic[S, Op]):
                 self._flush_buffer()
             if self._buf_entry is None:  # all its ops were compacted away
                 self._buf_epoch = commit.epoch
-            self._apply_buffer(pos, commit.write_id, compacted=False)
+            self._apply_buffer(pos, commit.write_id, compacted=False, members=commit.members)
         elif kind == Kind.EPOCH:
             self._flush_buffer()
             with self._cond:
@@ -331,7 +354,14 @@ class Tailer(Generic[S, Op]):
             return
         self._apply_buffer(self._buf_last, self._buf_write, compacted=True)
 
-    def _apply_buffer(self, pos: Position, write_id: str | None, *, compacted: bool) -> None:
+    def _apply_buffer(
+        self,
+        pos: Position,
+        write_id: str | None,
+        *,
+        compacted: bool,
+        members: tuple[str, ...] = (),
+    ) -> None:
         ops, bad, epoch, keys = self._buf_ops, self._buf_bad, self._buf_epoch, self._buf_keys
         self._buf_ops, self._buf_entry, self._buf_write = [], None, None
         self._buf_last, self._buf_bad, self._buf_epoch, self._buf_keys = None, None, 0, []
@@ -345,8 +375,8 @@ class Tailer(Generic[S, Op]):
                 log.info(
                     "skipped stale write %s at %s (epoch %s < %s)", write_id, pos, epoch, self.epoch
                 )
-                if write_id is not None:
-                    self._rejected[write_id] = pos
+                for member in members:
+                    self._rejected[member] = pos
                     if len(self._rejected) > _RECENT_WRITES:
                         self._rejected.popitem(last=False)
                 for key in keys:
@@ -354,7 +384,7 @@ class Tailer(Generic[S, Op]):
                         self.stale_keys[key] = pos
                 self._advance_locked(pos)
                 return
-            if write_id is not None and write_id in self._recent:
+            if members and all(m in self._recent for m in members):
                 # the same write landed twice (a retried publish): apply it once
                 metrics.INVALID_MESSAGES.labels(self.topic, "duplicate").inc()
                 log.info("skipped duplicate of write %s at %s", write_id, pos)
@@ -378,9 +408,9 @@ class Tailer(Generic[S, Op]):
                     )
                 metrics.APPLIED_WRITES.labels(*self._labels).inc()
                 metrics.APPLIED_OPS.labels(*self._labels).inc(len(applied_ops))
-            if write_id is not None:
-                self._recent[write_id] = pos
-                self._rejected.pop(write_id, None)
+            for member in members:
+                self._recent[member] = pos
+                self._rejected.pop(member, None)
                 if len(self._recent) > _RECENT_WRITES:
                     self._recent.popitem(last=False)
             self._advance_locked(pos)

@@ -7,8 +7,12 @@ none of it::
     entry := op* commit
     op     : key = the op's key (or a unique one), payload = the op's bytes,
              properties {"pss": "1", "pss.k": "op", "pss.w": <write id>, "pss.e": <epoch>}
-    commit : key = "__pss__/commit", payload = JSON {"w": id, "n": #ops, "e": epoch},
-             properties {"pss": "1", "pss.k": "commit", "pss.w": <write id>, "pss.e": <epoch>}
+    commit : key = "__pss__/commit",
+             payload = JSON {"w": group id, "ws": [write ids], "n": #ops, "e": epoch},
+             properties {"pss": "1", "pss.k": "commit", "pss.w": <group id>, "pss.e": <epoch>}
+
+Concurrent writes share an entry (group commit): their ops carry the group's
+id, and one commit marker names every write in it.
 
 When a writer gains the topic it appends an **epoch marker** (key
 ``"__pss__/epoch"``, properties ``{"pss": "1", "pss.k": "epoch"}``) and waits to
@@ -88,6 +92,7 @@ class Commit:
     write_id: str
     count: int
     epoch: int
+    members: tuple[str, ...] = ()
 
 
 def check_user_key(key: str) -> str:
@@ -116,9 +121,12 @@ def op_message(
     return OutgoingMessage(key, payload, props)
 
 
-def commit_message(write_id: str, count: int, epoch: int, *, keep: bool) -> OutgoingMessage:
+def commit_message(
+    write_id: str, count: int, epoch: int, *, keep: bool, members: list[str] | None = None
+) -> OutgoingMessage:
     """``keep``: a unique key, so compaction keeps it (keyless topics)."""
-    payload = json.dumps({"w": write_id, "n": count, "e": epoch}, separators=(",", ":"))
+    body = {"w": write_id, "ws": members or [write_id], "n": count, "e": epoch}
+    payload = json.dumps(body, separators=(",", ":"))
     props = {
         PROP_FORMAT: FORMAT_VERSION,
         PROP_KIND: Kind.COMMIT,
@@ -150,7 +158,10 @@ def parse_commit(payload: bytes) -> Commit:
     data: Any = json.loads(payload)
     if not isinstance(data, dict):
         raise ValueError("commit marker is not a JSON object")
-    return Commit(str(data["w"]), int(data["n"]), int(data.get("e", 0)))
+    members = data.get("ws") or [data["w"]]
+    if not isinstance(members, list):
+        raise ValueError("commit marker members are not a list")
+    return Commit(str(data["w"]), int(data["n"]), int(data.get("e", 0)), tuple(map(str, members)))
 
 
 def epoch_of(ledger: int, entry: int) -> int:

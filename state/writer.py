@@ -52,6 +52,7 @@ from pulsar_state.op_codec import OpCodec
 from pulsar_state.position import Position
 from pulsar_state.tailer import Tailer
 from pulsar_state.topic_format import (
+    MESSAGE_OVERHEAD_BYTES,
     OutgoingMessage,
     commit_message,
     epoch_message,
@@ -81,6 +82,14 @@ class WriteRequest(Generic[S, Op]):
     write_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     attempts: int = 0
     submitted: float = field(default_factory=time.monotonic)
+
+
+def _ignore(result: object, msg_id: object) -> None:
+    """Acks of all but an entry's last message (the last one reports for all)."""
+
+
+def _size(ops: list[tuple[str | None, bytes]]) -> int:
+    return sum(len(key or "") + len(payload) + MESSAGE_OVERHEAD_BYTES for key, payload in ops)
 
 
 class _PublishFailedError(Exception):
@@ -248,7 +257,7 @@ class Writer(Generic[S, Op]):
                 request.attempts += 1
             self._retry_later(group, exc)
             return
-        messages: list[OutgoingMessage] = []
+        messages: list[tuple[str | None, bytes]] = []
         members: list[WriteRequest[S, Op]] = []
         size = 0
         for request in group:
@@ -266,10 +275,10 @@ class Writer(Generic[S, Op]):
             if batch is None:  # nothing to write
                 request.future.set_result(self._tailer.applied)
                 continue
-            batch_size = sum(m.size for m in batch)
+            batch_size = _size(batch)
             if members and (
                 size + batch_size > self._config.max_write_bytes
-                or len(messages) + len(batch) > self._config.max_ops_per_write + 1
+                or len(messages) + len(batch) > self._config.max_ops_per_write
             ):
                 self._publish(members, messages)
                 messages, members, size = [], [], 0
@@ -279,8 +288,8 @@ class Writer(Generic[S, Op]):
         if members:
             self._publish(members, messages)
 
-    def _build(self, request: WriteRequest[S, Op]) -> list[OutgoingMessage] | None:
-        """Run the generator on caught-up state; the write's messages, or None."""
+    def _build(self, request: WriteRequest[S, Op]) -> list[tuple[str | None, bytes]] | None:
+        """Run the generator on caught-up state; the write's (key, payload)s, or None."""
         if not request.blind and self._last_sent is not None:
             self._tailer.wait_applied(self._last_sent, self._config.operation_timeout_s)
         with self._tailer.lock:
@@ -292,28 +301,45 @@ class Writer(Generic[S, Op]):
             return None
         if len(ops) > self._config.max_ops_per_write:
             raise ValueTooLargeError(len(ops), self._config.max_ops_per_write)
-        assert self._epoch is not None
-        out = []
-        for index, op in enumerate(ops):
-            key, payload = self._codec.encode(op)
-            out.append(op_message(request.write_id, index, key, payload, self._epoch))
-        out.append(
-            commit_message(request.write_id, len(ops), self._epoch, keep=not self._compactable)
-        )
-        size = sum(m.size for m in out)
+        out = [self._codec.encode(op) for op in ops]
+        size = _size(out)
         if size > self._config.max_write_bytes:
             raise ValueTooLargeError(size, self._config.max_write_bytes)
         return out
 
-    def _publish(self, members: list[WriteRequest[S, Op]], messages: list[OutgoingMessage]) -> None:
+    def _publish(
+        self, members: list[WriteRequest[S, Op]], ops: list[tuple[str | None, bytes]]
+    ) -> None:
+        """Publish the members' ops and one commit marker naming them, as one entry."""
         producer = self._producer
-        assert producer is not None
-        acks = _Acks(len(messages))
+        assert producer is not None and self._epoch is not None
+        group_id = uuid.uuid4().hex
+        messages: list[OutgoingMessage] = [
+            op_message(group_id, index, key, payload, self._epoch)
+            for index, (key, payload) in enumerate(ops)
+        ]
+        messages.append(
+            commit_message(
+                group_id,
+                len(ops),
+                self._epoch,
+                keep=not self._compactable,
+                members=[r.write_id for r in members],
+            )
+        )
+        acks = _Acks(1)  # an entry is stored whole or not at all: its last ack tells
         try:
-            for m in messages:
+            for m in messages[:-1]:
                 producer.send_async(
-                    m.payload, acks.callback, properties=m.properties, partition_key=m.key
+                    m.payload, _ignore, properties=m.properties, partition_key=m.key
                 )
+            last_msg = messages[-1]
+            producer.send_async(
+                last_msg.payload,
+                acks.callback,
+                properties=last_msg.properties,
+                partition_key=last_msg.key,
+            )
             producer.flush()
             acks.wait(self._config.send_timeout_s + 5)
         except (pulsar.PulsarException, _PublishFailedError) as exc:

@@ -1,0 +1,113 @@
+"""Shared bench plumbing: a real broker, timing, reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pulsar_state.deploy.standalone import BrokerInfo, StandaloneBroker
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+
+
+@contextmanager
+def broker() -> Iterator[tuple[str, str]]:
+    """``PULSAR_SERVICE_URL``/``PULSAR_ADMIN_URL`` if set, else the embedded standalone."""
+    service, admin = os.environ.get("PULSAR_SERVICE_URL"), os.environ.get("PULSAR_ADMIN_URL")
+    if service and admin:
+        yield service, admin
+        return
+    standalone = StandaloneBroker(data_dir=REPO / ".pulsar" / "bench", functions=False)
+    already = standalone.status()
+    info: BrokerInfo = standalone.start()
+    try:
+        yield info.service_url, info.admin_url
+    finally:
+        if already is None:
+            standalone.stop()
+
+
+def timed(fn: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@dataclass
+class Comparison:
+    """One workload: ours vs a reference, repeated; higher ``value`` is better if ``higher``."""
+
+    name: str
+    unit: str
+    goal: str
+    higher_is_better: bool
+    ours: list[float] = field(default_factory=list)
+    reference: list[float] = field(default_factory=list)
+    reference_name: str = ""
+    notes: str = ""
+
+    @property
+    def ratios(self) -> list[float]:
+        return [o / r for o, r in zip(self.ours, self.reference, strict=True)]
+
+    def row(self) -> str:
+        r = self.ratios
+        med = statistics.median
+        return (
+            f"| {self.name} | {med(self.ours):,.2f} {self.unit} | {self.reference_name}: "
+            f"{med(self.reference):,.2f} {self.unit} | **{med(r):.2f}** "
+            f"({min(r):.2f}-{max(r):.2f}) | {self.goal} |"
+        )
+
+
+def write_report(name: str, title: str, comparisons: list[Comparison], preamble: str) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    md = RESULTS / f"{name}.md"
+    lines = [
+        f"# {title}",
+        "",
+        preamble.strip(),
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}; run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+        "",
+        "| workload | ours (median) | reference (median) | ratio median (min-max) | goal |",
+        "|---|---|---|---|---|",
+        *[c.row() for c in comparisons],
+        "",
+    ]
+    for c in comparisons:
+        if c.notes:
+            lines.append(f"- **{c.name}**: {c.notes}")
+    md.write_text("\n".join(lines) + "\n")
+    (RESULTS / f"{name}.json").write_text(
+        json.dumps(
+            [
+                {
+                    "name": c.name,
+                    "unit": c.unit,
+                    "ours": c.ours,
+                    "reference": c.reference,
+                    "reference_name": c.reference_name,
+                    "ratios": c.ratios,
+                    "goal": c.goal,
+                }
+                for c in comparisons
+            ],
+            indent=2,
+        )
+    )
+    return md

@@ -1,0 +1,148 @@
+"""``make bench-core``: the state core against raw Pulsar, in one run on one broker.
+
+1. sync ``PulsarMap.put`` vs sync ``producer.send`` (ops/s, goal ratio >= 0.8);
+2. many concurrent ``put`` (group commit) vs ``send_async`` with batching (goal >= 0.7);
+3. caught-up ``get(latest=True)`` vs one ``consumer.get_last_message_id()``
+   (latency, goal ratio <= 1.5).
+
+Each is repeated (``--rounds``), ours and the reference alternating, and
+reported as the median ratio with its min and max. Results go to
+``bench/results/core.md`` (linked from the README) and ``core.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import uuid
+from functools import partial
+
+import pulsar
+
+from bench.common import Comparison, broker, timed, write_report
+from pulsar_state import PulsarMap
+
+
+def _topic(prefix: str) -> str:
+    return f"persistent://public/default/bench-{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _raw_sync(producer: pulsar.Producer, n: int) -> None:
+    for i in range(n):
+        producer.send(str(i).encode(), partition_key=f"k{i % 1000}")
+
+
+def _raw_many(producer: pulsar.Producer, n: int) -> None:
+    done = threading.Semaphore(0)
+    for i in range(n):
+        producer.send_async(
+            str(i).encode(), lambda r, m: done.release(), partition_key=f"k{i % 1000}"
+        )
+    producer.flush()
+    for _ in range(n):
+        done.acquire()
+
+
+def _raw_latest(consumer: pulsar.Consumer, n: int) -> None:
+    for _ in range(n):
+        consumer.get_last_message_id()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sync-ops", type=int, default=1500)
+    parser.add_argument("--async-ops", type=int, default=20000)
+    parser.add_argument("--reads", type=int, default=1500)
+    args = parser.parse_args()
+
+    sync = Comparison("sync put", "ops/s", ">= 0.8", True, reference_name="producer.send")
+    many = Comparison(
+        "concurrent puts (group commit)",
+        "ops/s",
+        ">= 0.7",
+        True,
+        reference_name="send_async + batching",
+    )
+    latest = Comparison(
+        "read(latest) when caught up",
+        "µs",
+        "<= 1.5",
+        False,
+        reference_name="get_last_message_id",
+    )
+    recorded = [sync, many, latest]
+    with broker() as (service_url, admin_url):
+        client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+        try:
+            # round 0 warms the broker's JIT and caches up and is not recorded
+            for round_ in range(args.rounds + 1):
+                print(f"round {round_}/{args.rounds}", flush=True)
+                with PulsarMap[str, int](client, _topic("map"), admin_url=admin_url) as m:
+                    for i in range(200):  # warm up
+                        m.put(f"w{i}", i).result()
+
+                    def ours_sync() -> None:
+                        for i in range(args.sync_ops):
+                            m.put(f"k{i % 1000}", i).result()
+
+                    sync.ours.append(args.sync_ops / timed(ours_sync))
+
+                    def ours_many() -> None:
+                        futures = [m.put(f"k{i % 1000}", i) for i in range(args.async_ops)]
+                        for f in futures:
+                            f.result()
+
+                    many.ours.append(args.async_ops / timed(ours_many))
+
+                    def ours_latest() -> None:
+                        for _ in range(args.reads):
+                            m.get("k1", latest=True).result()
+
+                    latest.ours.append(timed(ours_latest) / args.reads * 1e6)
+
+                raw_topic = _topic("raw")
+                producer = client.create_producer(raw_topic)
+                for _ in range(200):
+                    producer.send(b"warm")
+                sync.reference.append(
+                    args.sync_ops / timed(partial(_raw_sync, producer, args.sync_ops))
+                )
+                producer.close()
+                batched = client.create_producer(
+                    _topic("raw-async"), batching_enabled=True, block_if_queue_full=True
+                )
+                many.reference.append(
+                    args.async_ops / timed(partial(_raw_many, batched, args.async_ops))
+                )
+                batched.close()
+                consumer = client.subscribe(raw_topic, "probe", receiver_queue_size=0)
+                latest.reference.append(
+                    timed(partial(_raw_latest, consumer, args.reads)) / args.reads * 1e6
+                )
+                consumer.unsubscribe()
+                if round_ == 0:
+                    for c in recorded:
+                        c.ours.clear()
+                        c.reference.clear()
+        finally:
+            client.close()
+    path = write_report(
+        "core",
+        "State core vs raw Pulsar",
+        [sync, many, latest],
+        """
+Same broker (the embedded Pulsar 4.0.8 standalone unless `PULSAR_SERVICE_URL` is
+set), same client process, ours and the reference alternating in each round.
+A `PulsarMap.put` is one entry (the op and its commit marker) published by the
+exclusive writer and complete once the writer's own tailer has applied it
+(read-your-writes); `producer.send` only waits for the broker's ack.
+Throughput ratios are ours / reference (higher is better); the latency ratio is
+ours / reference (lower is better).
+""",
+    )
+    print(path.read_text())
+
+
+if __name__ == "__main__":
+    main()
