@@ -20,6 +20,8 @@ def main(verbose: int) -> None:
     """Consistent shared state on Apache Pulsar."""
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # the C++ client's own log: errors only unless -vv
+    logging.getLogger("pulsar.client").setLevel(logging.DEBUG if verbose >= 2 else logging.ERROR)
 
 
 main.add_command(broker)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -29,7 +30,7 @@ def _open_map(ctx: click.Context) -> Iterator[PulsarMap[str, Any]]:
         client = pulsar.Client(
             opts["service_url"],
             operation_timeout_seconds=int(opts["timeout"]),
-            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+            logger=logging.getLogger("pulsar.client"),
         )
     except (pulsar.PulsarException, ValueError) as exc:
         raise click.ClickException(f"cannot use {opts['service_url']}: {exc}") from exc

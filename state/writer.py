@@ -441,7 +441,7 @@ class Writer(Generic[S, Op]):
             raise FencedError(f"lost the topic while gaining it: {exc}") from exc
         self._epoch = epoch_of(position.ledger, position.entry)
         self._last_sent = position
-        log.info("writer %s holds %s with epoch %s", self.writer_id, self._topic, self._epoch)
+        log.debug("writer %s holds %s with epoch %s", self.writer_id, self._topic, self._epoch)
         self._repair()
 
     def _lost(self, exc: BaseException) -> None:
@@ -449,12 +449,13 @@ class Writer(Generic[S, Op]):
         self._losses += 1
         if fenced:
             metrics.FENCES.labels(*self._labels).inc()
-        log.info("writer %s lost %s (%s)", self.writer_id, self._topic, exc)
+        log.debug("writer %s lost %s (%s)", self.writer_id, self._topic, exc)
         self._release()
 
     def _release(self) -> None:
         producer, self._producer, self._epoch = self._producer, None, None
-        if producer is not None:
+        if producer is not None and producer.is_connected():
+            # a fenced producer is closed by the broker already
             with contextlib.suppress(pulsar.PulsarException):
                 producer.close()
 
