@@ -75,7 +75,6 @@ setup(
     entry_points={"console_scripts": ["pulsar-state=pulsar_state.cli:main"]},
     classifiers=[
         "Programming Language :: Python :: 3",
-        "License :: OSI Approved :: Apache Software License",
         "Topic :: System :: Distributed Computing",
         "Typing :: Typed",
     ],

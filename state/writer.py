@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import logging
 import queue
 import threading
@@ -74,12 +75,17 @@ _ACCESS = {
 }
 
 
+#: write ids: unique per process (random) and per write (a counter), cheap to make
+_PROCESS_ID = uuid.uuid4().hex[:16]
+_WRITE_SEQ = itertools.count()
+
+
 @dataclass(eq=False)
 class WriteRequest(Generic[S, Op]):
     generator: Callable[[S], Any]
     blind: bool
     future: Future[Position] = field(default_factory=Future)
-    write_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    write_id: str = field(default_factory=lambda: f"{_PROCESS_ID}-{next(_WRITE_SEQ)}")
     attempts: int = 0
     submitted: float = field(default_factory=time.monotonic)
 
@@ -313,7 +319,7 @@ class Writer(Generic[S, Op]):
         """Publish the members' ops and one commit marker naming them, as one entry."""
         producer = self._producer
         assert producer is not None and self._epoch is not None
-        group_id = uuid.uuid4().hex
+        group_id = f"{self.writer_id}-g{next(_WRITE_SEQ)}"
         messages: list[OutgoingMessage] = [
             op_message(group_id, index, key, payload, self._epoch)
             for index, (key, payload) in enumerate(ops)
