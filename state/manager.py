@@ -31,6 +31,7 @@ from pulsar_state.config import StateConfig
 from pulsar_state.errors import ConfigurationError, PulsarStateError, StateTopicError
 from pulsar_state.op_codec import OpCodec, SerializerCodec
 from pulsar_state.position import Position
+from pulsar_state.snapshot import SnapshotPolicy, Snapshotter, snapshot_topic
 from pulsar_state.tailer import AppliedWrite, Tailer
 from pulsar_state.writer import Writer
 
@@ -79,6 +80,7 @@ class SharedStateManager(Generic[S, Op]):
         admin_url: str | None = None,
         admin_headers: dict[str, str] | None = None,
         compactable: bool = False,
+        snapshots: SnapshotPolicy[S] | None = None,
     ) -> None:
         if not isinstance(client, pulsar.Client):
             raise TypeError(f"client must be a pulsar.Client, got {type(client).__name__}")
@@ -102,6 +104,12 @@ class SharedStateManager(Generic[S, Op]):
                         self.config.compaction_threshold_bytes if compactable else None
                     ),
                 )
+            if snapshots is not None:
+                self._admin.ensure_topic(snapshot_topic(self.topic))
+                if self.config.ensure_retention:
+                    self._admin.protect(
+                        snapshot_topic(self.topic), compaction_threshold_bytes=1024 * 1024
+                    )
             try:
                 self._admin.reap_subscriptions(self.topic, self.config.subscription_prefix)
             except PulsarStateError:
@@ -109,14 +117,22 @@ class SharedStateManager(Generic[S, Op]):
         self._executor = ThreadPoolExecutor(
             max_workers=8, thread_name_prefix=f"pss-read-{self.topic.rsplit('/', 1)[-1]}"
         )
+        self._snapshotter = (
+            Snapshotter(client, self.topic, snapshots, self.config.max_write_bytes)
+            if snapshots is not None
+            else None
+        )
+        snapshot = self._snapshotter.load() if self._snapshotter is not None else None
         try:
             self._tailer: Tailer[S, Op] = Tailer(
                 client=client,
                 topic=self.topic,
                 codec=codec,
                 applier=applier,
-                state=initializer(),
+                state=snapshot.state if snapshot is not None else initializer(),
                 config=self.config,
+                start=snapshot.position if snapshot is not None else None,
+                start_epoch=snapshot.epoch if snapshot is not None else 0,
             )
         except pulsar.PulsarException as exc:
             self._executor.shutdown()
@@ -138,6 +154,8 @@ class SharedStateManager(Generic[S, Op]):
             codec=codec,
             config=self.config,
             compactable=compactable,
+            snapshotter=self._snapshotter,
+            snapshot_every=snapshots.every_writes if snapshots is not None else 0,
         )
         self._closed = False
 
@@ -333,6 +351,7 @@ class SharedStateManagerBuilder(Generic[S, Op]):
         self._applier: Callable[[S, Op], Any] | None = None
         self._config = StateConfig()
         self._compactable = False
+        self._snapshots: SnapshotPolicy[S] | None = None
 
     def with_op_serializer(self, serializer: Callable[[Op], bytes]) -> Self:
         self._serializer = serializer
@@ -346,6 +365,19 @@ class SharedStateManagerBuilder(Generic[S, Op]):
         """Keyed ops. ``compactable``: last value per key wins, empty = delete."""
         self._codec = codec
         self._compactable = compactable
+        return self
+
+    def with_snapshots(
+        self,
+        serialize: Callable[[S], bytes],
+        deserialize: Callable[[bytes], S],
+        *,
+        every_writes: int = 1000,
+    ) -> Self:
+        """Snapshot the state every ``every_writes`` writes (see :mod:`pulsar_state.snapshot`)."""
+        self._snapshots = SnapshotPolicy(
+            serialize=serialize, deserialize=deserialize, every_writes=every_writes
+        )
         return self
 
     def with_database_initializer(self, initializer: Callable[[], S]) -> Self:
@@ -384,4 +416,5 @@ class SharedStateManagerBuilder(Generic[S, Op]):
             admin_url=self._admin_url,
             admin_headers=self._admin_headers,
             compactable=self._compactable,
+            snapshots=self._snapshots,
         )

@@ -88,18 +88,22 @@ class Tailer(Generic[S, Op]):
         applier: Callable[[S, Op], Any],
         state: S,
         config: StateConfig,
+        start: Position | None = None,
+        start_epoch: int = 0,
     ) -> None:
         self.topic = topic
         self.state = state
+        self._start = start
         self.lock = threading.RLock()
         self._cond = threading.Condition(self.lock)
         self._codec = codec
         self._applier = applier
         self._config = config
-        self.applied: Position = START
-        self.epoch: int = 0
+        self.applied: Position = start or START
+        self.epoch: int = start_epoch
         self.invalid_count = 0
         self.received = 0
+        self.applied_writes = 0
         self.compacted_out = 0
         self.failure: PulsarStateError | None = None
         self._closed = False
@@ -132,6 +136,8 @@ class Tailer(Generic[S, Op]):
             receiver_queue_size=1000,
             properties={"pulsar-state-role": "tail"},
         )
+        if start is not None:  # resume after a snapshot
+            self._consumer.seek(pulsar.MessageId(-1, start.ledger, start.entry, start.batch))
         self._thread = threading.Thread(
             target=self._run, name=f"pss-tail-{topic.rsplit('/', 1)[-1]}", daemon=True
         )
@@ -295,6 +301,8 @@ class Tailer(Generic[S, Op]):
 
     def _handle(self, msg: pulsar.Message) -> None:
         pos = Position.from_message_id(msg.message_id())
+        if self._start is not None and not pos > self._start:
+            return  # already in the snapshot
         entry = (pos.ledger, pos.entry)
         if self._buf_entry is not None and entry != self._buf_entry:
             self._flush_buffer()
@@ -406,6 +414,7 @@ class Tailer(Generic[S, Op]):
                         f"the applier raised {type(exc).__name__}: {exc} after "
                         f"{len(applied_ops)} of {len(ops)} ops",
                     )
+                self.applied_writes += 1
                 metrics.APPLIED_WRITES.labels(*self._labels).inc()
                 metrics.APPLIED_OPS.labels(*self._labels).inc(len(applied_ops))
             for member in members:

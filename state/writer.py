@@ -51,6 +51,7 @@ from pulsar_state.errors import (
 )
 from pulsar_state.op_codec import OpCodec
 from pulsar_state.position import Position
+from pulsar_state.snapshot import Snapshotter
 from pulsar_state.tailer import Tailer
 from pulsar_state.topic_format import (
     MESSAGE_OVERHEAD_BYTES,
@@ -147,8 +148,13 @@ class Writer(Generic[S, Op]):
         codec: OpCodec[Op],
         config: StateConfig,
         compactable: bool = False,
+        snapshotter: Snapshotter[S] | None = None,
+        snapshot_every: int = 0,
     ) -> None:
         self._client = client
+        self._snapshotter = snapshotter
+        self._snapshot_every = snapshot_every
+        self._snapshot_at = tailer.applied_writes
         self._compactable = compactable
         self._acquisitions = 0
         self._losses = 0  # consecutive losses of the topic: contention backoff
@@ -189,6 +195,8 @@ class Writer(Generic[S, Op]):
         self._queue.put(None)
         self._thread.join(timeout=self._config.operation_timeout_s)
         self._release()
+        if self._snapshotter is not None:
+            self._snapshotter.close()
         while True:  # anything still queued fails
             try:
                 request = self._queue.get_nowait()
@@ -381,6 +389,20 @@ class Writer(Generic[S, Op]):
                 self._complete(request, self._tailer.write_position(request.write_id) or last)
         if not rejected:
             self._repair()
+            self._maybe_snapshot()
+
+    def _maybe_snapshot(self) -> None:
+        snapshotter = self._snapshotter
+        if snapshotter is None:
+            return
+        if self._tailer.applied_writes - self._snapshot_at < self._snapshot_every:
+            return
+        with self._tailer.lock:
+            self._snapshot_at = self._tailer.applied_writes
+            try:
+                snapshotter.write(self._tailer.state, self._tailer.applied, self._tailer.epoch)
+            except Exception:  # a snapshot is an optimisation: never fail a write for it
+                log.exception("snapshot of %s failed", self._topic)
 
     def _complete(self, request: WriteRequest[S, Op], landed: Position) -> None:
         if request.future.done():

@@ -260,6 +260,51 @@ def test_keyless_ops_are_kept_by_compaction(make_client: ClientFactory, admin_ur
         assert m.read(dict).result() == {"total": 100, "ops": 50}
 
 
+def snapshotting_adder(
+    client: pulsar.Client, topic: str, admin_url: str, **config: Any
+) -> SharedStateManager:
+    return (
+        SharedStateManager.builder(client, topic, admin_url=admin_url)
+        .with_op_serializer(lambda n: json.dumps(n).encode())
+        .with_op_deserializer(json.loads)
+        .with_database_initializer(lambda: {"total": 0, "ops": 0})
+        .with_change_log_applier(_add)
+        .with_snapshots(lambda s: json.dumps(s).encode(), json.loads, every_writes=25)
+        .with_config(**config)
+        .build()
+    )
+
+
+def test_snapshots_bound_bootstrap_of_keyless_state(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    topic = unique_topic("snap")
+    with snapshotting_adder(make_client(), topic, admin_url) as m:
+        for _ in range(210):
+            m.write(lambda s: [1]).result(timeout=30)
+        full_replay = m.messages_read
+    with snapshotting_adder(make_client(), topic, admin_url) as m:
+        assert m.read(lambda s: dict(s)).result() == {"total": 210, "ops": 210}
+        assert m.messages_read < 60 < full_replay  # the last snapshot plus its tail
+        m.write(lambda s: [1]).result(timeout=30)
+        assert m.read(lambda s: s["total"], latest=True).result() == 211
+
+
+def test_a_bad_snapshot_falls_back_to_a_full_replay(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    topic = unique_topic("badsnap")
+    client = make_client()
+    with snapshotting_adder(client, topic, admin_url) as m:
+        for _ in range(30):
+            m.write(lambda s: [2]).result(timeout=30)
+    producer = client.create_producer(topic + "-pss-snapshots")
+    producer.send(b"garbage", partition_key="__pss__/snapshot")
+    producer.close()
+    with snapshotting_adder(client, topic, admin_url) as m:
+        assert m.read(lambda s: dict(s)).result() == {"total": 60, "ops": 30}
+
+
 # -- 7. topic protection ------------------------------------------------------
 
 
