@@ -284,7 +284,7 @@ def test_snapshots_bound_bootstrap_of_keyless_state(
             m.write(lambda s: [1]).result(timeout=30)
         full_replay = m.messages_read
     with snapshotting_adder(make_client(), topic, admin_url) as m:
-        assert m.read(lambda s: dict(s)).result() == {"total": 210, "ops": 210}
+        assert m.read(dict).result() == {"total": 210, "ops": 210}
         assert m.messages_read < 60 < full_replay  # the last snapshot plus its tail
         m.write(lambda s: [1]).result(timeout=30)
         assert m.read(lambda s: s["total"], latest=True).result() == 211
@@ -302,7 +302,7 @@ def test_a_bad_snapshot_falls_back_to_a_full_replay(
     producer.send(b"garbage", partition_key="__pss__/snapshot")
     producer.close()
     with snapshotting_adder(client, topic, admin_url) as m:
-        assert m.read(lambda s: dict(s)).result() == {"total": 60, "ops": 30}
+        assert m.read(dict).result() == {"total": 60, "ops": 30}
 
 
 # -- 7. topic protection ------------------------------------------------------
