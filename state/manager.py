@@ -197,17 +197,7 @@ class SharedStateManager(Generic[S, Op]):
         complete the future (the common, caught-up case costs one round trip).
         """
         result: Future[R] = Future()
-
-        def run_reader(applied: Future[Position]) -> None:
-            exc = applied.exception()
-            if exc is not None:
-                result.set_exception(exc)
-                return
-            try:
-                with self._tailer.lock:
-                    result.set_result(reader(self._tailer.state))
-            except BaseException as err:
-                result.set_exception(err)
+        run_reader = self._reader_then(reader, result)
 
         def on_last(last: Future[Position]) -> None:
             exc = last.exception()
@@ -253,9 +243,16 @@ class SharedStateManager(Generic[S, Op]):
         if reader is None:
             return written
         result: Future[Any] = Future()
+        written.add_done_callback(self._reader_then(reader, result))
+        return result
 
-        def then(f: Future[Position]) -> None:
-            exc = f.exception()
+    def _reader_then(
+        self, reader: Callable[[S], R], result: Future[R]
+    ) -> Callable[[Future[Position]], None]:
+        """A done-callback that completes ``result`` with ``reader(state)`` (or the error)."""
+
+        def run(done: Future[Position]) -> None:
+            exc = done.exception()
             if exc is not None:
                 result.set_exception(exc)
                 return
@@ -265,8 +262,7 @@ class SharedStateManager(Generic[S, Op]):
             except BaseException as err:
                 result.set_exception(err)
 
-        written.add_done_callback(then)
-        return result
+        return run
 
     # -- introspection --------------------------------------------------------
 

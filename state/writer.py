@@ -343,19 +343,7 @@ class Writer(Generic[S, Op]):
         )
         acks = _Acks(1)  # an entry is stored whole or not at all: its last ack tells
         try:
-            for m in messages[:-1]:
-                producer.send_async(
-                    m.payload, _ignore, properties=m.properties, partition_key=m.key
-                )
-            last_msg = messages[-1]
-            producer.send_async(
-                last_msg.payload,
-                acks.callback,
-                properties=last_msg.properties,
-                partition_key=last_msg.key,
-            )
-            producer.flush()
-            acks.wait(self._config.send_timeout_s + 5)
+            self._send_entry(producer, messages, acks)
         except (pulsar.PulsarException, _PublishFailedError) as exc:
             self._lost(exc)
             self._retry_later(members, exc)
@@ -403,6 +391,19 @@ class Writer(Generic[S, Op]):
                 snapshotter.write(self._tailer.state, self._tailer.applied, self._tailer.epoch)
             except Exception:  # a snapshot is an optimisation: never fail a write for it
                 log.exception("snapshot of %s failed", self._topic)
+
+    def _send_entry(
+        self, producer: pulsar.Producer, messages: list[OutgoingMessage], acks: _Acks
+    ) -> Position:
+        """Send ``messages`` as one entry; the last one's ack reports for all."""
+        for m in messages[:-1]:
+            producer.send_async(m.payload, _ignore, properties=m.properties, partition_key=m.key)
+        last = messages[-1]
+        producer.send_async(
+            last.payload, acks.callback, properties=last.properties, partition_key=last.key
+        )
+        producer.flush()
+        return acks.wait(self._config.send_timeout_s + 5)
 
     def _complete(self, request: WriteRequest[S, Op], landed: Position) -> None:
         if request.future.done():
@@ -455,14 +456,7 @@ class Writer(Generic[S, Op]):
             acks = _Acks(1)
             self._acquisitions += 1
             marker = epoch_message(self.writer_id, self._acquisitions, keep=not self._compactable)
-            producer.send_async(
-                marker.payload,
-                acks.callback,
-                properties=marker.properties,
-                partition_key=marker.key,
-            )
-            producer.flush()
-            position = acks.wait(self._config.send_timeout_s + 5)
+            position = self._send_entry(producer, [marker], acks)
             self._tailer.wait_applied(position, self._config.operation_timeout_s)
         except (pulsar.PulsarException, _PublishFailedError, OperationTimeoutError) as exc:
             self._lost(exc)

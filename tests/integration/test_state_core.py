@@ -32,17 +32,28 @@ from pulsar_state.aio import AsyncSharedStateManager
 ClientFactory = Callable[[], pulsar.Client]
 
 
-def adder(client: pulsar.Client, topic: str, admin_url: str, **config: Any) -> SharedStateManager:
+def adder(
+    client: pulsar.Client,
+    topic: str,
+    admin_url: str,
+    *,
+    snapshot_every: int | None = None,
+    **config: Any,
+) -> SharedStateManager:
     """A non-idempotent state machine: ops are numbers added to a total."""
-    return (
+    builder = (
         SharedStateManager.builder(client, topic, admin_url=admin_url)
         .with_op_serializer(lambda n: json.dumps(n).encode())
         .with_op_deserializer(json.loads)
         .with_database_initializer(lambda: {"total": 0, "ops": 0})
         .with_change_log_applier(_add)
         .with_config(**config)
-        .build()
     )
+    if snapshot_every is not None:
+        builder = builder.with_snapshots(
+            lambda s: json.dumps(s).encode(), json.loads, every_writes=snapshot_every
+        )
+    return builder.build()
 
 
 def _add(state: dict[str, int], op: int) -> None:
@@ -263,16 +274,7 @@ def test_keyless_ops_are_kept_by_compaction(make_client: ClientFactory, admin_ur
 def snapshotting_adder(
     client: pulsar.Client, topic: str, admin_url: str, **config: Any
 ) -> SharedStateManager:
-    return (
-        SharedStateManager.builder(client, topic, admin_url=admin_url)
-        .with_op_serializer(lambda n: json.dumps(n).encode())
-        .with_op_deserializer(json.loads)
-        .with_database_initializer(lambda: {"total": 0, "ops": 0})
-        .with_change_log_applier(_add)
-        .with_snapshots(lambda s: json.dumps(s).encode(), json.loads, every_writes=25)
-        .with_config(**config)
-        .build()
-    )
+    return adder(client, topic, admin_url, snapshot_every=25, **config)
 
 
 def test_snapshots_bound_bootstrap_of_keyless_state(
