@@ -2,6 +2,7 @@
 
 from pulsar_state.aio import AsyncPulsarMap, AsyncSharedStateManager
 from pulsar_state.config import StateConfig
+from pulsar_state.coordination import CoordinationService, ResourceLock
 from pulsar_state.errors import (
     BadVersionError,
     BrokerError,
@@ -16,12 +17,18 @@ from pulsar_state.errors import (
     PortInUseError,
     PulsarAdminError,
     PulsarStateError,
+    ResourceBusyError,
     StateClosedError,
     StateTopicError,
     ValueTooLargeError,
     WriteFailedError,
 )
 from pulsar_state.manager import SharedStateManager, SharedStateManagerBuilder
+from pulsar_state.memory_store import MemoryMetadataStore
+from pulsar_state.metadata_base import BaseMetadataStore
+from pulsar_state.metadata_cache import MetadataCache
+from pulsar_state.metadata_state import GetResult, Notification, NotificationType, Stat
+from pulsar_state.metadata_store import MetadataStore
 from pulsar_state.op_codec import OpCodec, SerializerCodec
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import PulsarMap
@@ -39,6 +46,17 @@ __all__ = [
     "SerializerCodec",
     # Recipes
     "PulsarMap",
+    # Metadata and coordination (PIP-45)
+    "BaseMetadataStore",
+    "MetadataStore",
+    "MemoryMetadataStore",
+    "MetadataCache",
+    "CoordinationService",
+    "ResourceLock",
+    "GetResult",
+    "Stat",
+    "Notification",
+    "NotificationType",
     # asyncio
     "AsyncPulsarMap",
     "AsyncSharedStateManager",
@@ -61,6 +79,7 @@ __all__ = [
     "InvalidMessageError",
     "BadVersionError",
     "NotFoundError",
+    "ResourceBusyError",
     "BrokerError",
     "BrokerSetupError",
     "BrokerStartError",

@@ -21,6 +21,7 @@ __all__ = [
     "InvalidMessageError",
     "FencedError",
     "NotFoundError",
+    "ResourceBusyError",
     "OperationTimeoutError",
     "StateClosedError",
     "StateTopicError",
@@ -110,6 +111,15 @@ class BadVersionError(PulsarStateError):
         self.expected_version = expected
         self.actual_version = actual
         super().__init__(f"{key!r}: expected version {expected!r}, found {actual!r}")
+
+
+class ResourceBusyError(PulsarStateError):
+    """A lock (or leadership) is held by someone else."""
+
+    def __init__(self, path: str, holder: object = None) -> None:
+        self.path = path
+        self.holder = holder
+        super().__init__(f"{path} is held by another session")
 
 
 class NotFoundError(PulsarStateError, KeyError):

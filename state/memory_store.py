@@ -1,0 +1,130 @@
+"""MemoryMetadataStore: the in-process reference implementation of the interface.
+
+Same tree (:class:`~pulsar_state.metadata_state.MetadataTree`), same errors,
+same notifications as the Pulsar-backed store, with nothing replicated: for
+fast unit tests and as the model the conformance suite compares with. Several
+"sessions" may share one tree (``MemoryMetadataStore.shared(...)``) to test
+ephemeral nodes and locks between owners.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from pulsar_state.errors import StateClosedError
+from pulsar_state.metadata_base import BaseMetadataStore
+from pulsar_state.metadata_state import GetResult, MetadataTree, Stat, validate_path
+
+__all__ = ["MemoryMetadataStore"]
+
+T = TypeVar("T")
+
+
+class _SharedTree:
+    def __init__(self) -> None:
+        self.tree = MetadataTree()
+        self.lock = threading.RLock()
+        self.stores: list[MemoryMetadataStore] = []
+        self.seq = itertools.count(1)
+
+
+class MemoryMetadataStore(BaseMetadataStore):
+    """A metadata store in this process only."""
+
+    def __init__(self, *, shared: Any = None, session_id: str | None = None) -> None:
+        super().__init__(session_id=session_id or uuid.uuid4().hex)
+        self._shared: _SharedTree = shared or _SharedTree()
+        self._closed = False
+        with self._shared.lock:
+            self._shared.stores.append(self)
+
+    def sibling(self) -> MemoryMetadataStore:
+        """Another session on the same tree (another 'process')."""
+        return MemoryMetadataStore(shared=self._shared)
+
+    def _run(self, fn: Any) -> Future[Any]:
+        fut: Future[Any] = Future()
+        if self._closed:
+            fut.set_exception(StateClosedError("the metadata store is closed"))
+            return fut
+        try:
+            with self._shared.lock:
+                fut.set_result(fn())
+        except BaseException as exc:
+            fut.set_exception(exc)
+        return fut
+
+    def _apply(self, op: Any) -> None:
+        notes = self._shared.tree.apply(op)
+        for store in self._shared.stores:
+            store._notify(notes)
+
+    def get(self, path: str) -> Future[GetResult | None]:
+        validate_path(path)
+        return self._run(lambda: self._shared.tree.get(path))
+
+    def get_children(self, path: str) -> Future[list[str]]:
+        validate_path(path)
+        return self._run(lambda: self._shared.tree.children(path))
+
+    def exists(self, path: str) -> Future[bool]:
+        validate_path(path)
+        return self._run(lambda: path in self._shared.tree.nodes)
+
+    def put(
+        self,
+        path: str,
+        value: bytes,
+        expected_version: int | None = None,
+        *,
+        ephemeral: bool = False,
+    ) -> Future[Stat]:
+        self._check_put(path, value, expected_version)
+
+        def run() -> Stat:
+            op = self._shared.tree.plan_put(
+                path,
+                bytes(value),
+                expected_version,
+                int(time.time() * 1000),
+                owner=self.session_id if ephemeral else None,
+                token=next(self._shared.seq),
+            )
+            self._apply(op)
+            assert op.record is not None
+            return op.record.stat(path)
+
+        return self._run(run)
+
+    def delete(self, path: str, expected_version: int | None = None) -> Future[None]:
+        validate_path(path)
+
+        def run() -> None:
+            self._apply(self._shared.tree.plan_delete(path, expected_version))
+
+        return self._run(run)
+
+    def fencing_token(self, path: str) -> int | None:
+        with self._shared.lock:
+            record = self._shared.tree.nodes.get(path)
+            return None if record is None else record.token
+
+    def expire_session(self) -> None:
+        """Drop this session's ephemeral nodes, as if its process had died."""
+        with self._shared.lock:
+            for path in self._shared.tree.ephemeral_of(self.session_id):
+                self._apply(self._shared.tree.plan_delete(path, None))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self.expire_session()
+        self._closed = True
+        with self._shared.lock:
+            self._shared.stores.remove(self)
+        self._stop_dispatcher()

@@ -1,0 +1,276 @@
+"""MetadataStore: PIP-45's metadata store on one Pulsar topic, through the state core.
+
+The tree (:mod:`pulsar_state.metadata_state`) is the replicated state; each
+put or delete is a write whose generator checks the expected version against
+the latest tree, so compare-and-set is exact under any contention. The topic is
+keyed by path and compactable (a record per live path), like a ``PulsarMap``.
+
+Ephemeral nodes and sessions. Each store is a session. It proves it is alive
+the way Pulsar itself knows a client is: a consumer connected on the session's
+own subscription of ``<topic>-pss-sessions``. Every store checks, every
+``session_check_interval_s``, the owners of ephemeral nodes against the
+broker's list of connected consumers; an owner that has had none for
+``session_timeout_s`` is dead and its ephemeral nodes are deleted (by one
+compare-and-set write, which any number of checkers may race to make).
+
+Bound: a process that dies or closes its connection (``kill -9`` included: the
+kernel closes its sockets) loses its nodes within ``session_timeout_s +
+session_check_interval_s`` plus one write. A process cut off from the network
+without its socket closing is noticed by the broker's keep-alive first
+(``keepAliveIntervalSeconds``, 30 s by default, so up to about a minute more).
+Wall clocks are not involved beyond each checker's own monotonic timer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+
+import pulsar
+
+from pulsar_state.config import StateConfig
+from pulsar_state.errors import ConfigurationError, PulsarStateError
+from pulsar_state.manager import SharedStateManager
+from pulsar_state.metadata_base import BaseMetadataStore
+from pulsar_state.metadata_state import (
+    GetResult,
+    MetadataTree,
+    MetaOp,
+    Notification,
+    Record,
+    Stat,
+    validate_path,
+)
+from pulsar_state.tailer import AppliedWrite
+
+__all__ = ["MetadataStore"]
+
+log = logging.getLogger(__name__)
+
+_SESSION_PREFIX = "session-"
+
+
+class _MetaCodec:
+    """Path -> record bytes; an empty payload deletes (compactable)."""
+
+    def encode(self, op: MetaOp) -> tuple[str | None, bytes]:
+        return op.path, b"" if op.record is None else op.record.to_bytes()
+
+    def decode(self, key: str, payload: bytes) -> MetaOp:
+        validate_path(key)
+        return MetaOp(key, Record.from_bytes(payload) if payload else None)
+
+    def repair(self, tree: MetadataTree, keys: set[str]) -> list[MetaOp]:
+        return [MetaOp(k, tree.nodes.get(k)) for k in sorted(keys)]
+
+
+class MetadataStore(BaseMetadataStore):
+    """A PIP-45 metadata store backed by a Pulsar topic. See the module docstring."""
+
+    def __init__(
+        self,
+        client: pulsar.Client,
+        topic: str,
+        *,
+        admin_url: str,
+        admin_headers: dict[str, str] | None = None,
+        config: StateConfig | None = None,
+        session_timeout_s: float = 10.0,
+        session_check_interval_s: float = 1.0,
+    ) -> None:
+        if not admin_url:
+            raise ConfigurationError("admin_url is required (topic protection, session checks)")
+        if session_timeout_s <= 0 or session_check_interval_s <= 0:
+            raise ConfigurationError("session timeouts must be > 0")
+        super().__init__(session_id=uuid.uuid4().hex)
+        self.session_timeout_s = session_timeout_s
+        self.session_check_interval_s = session_check_interval_s
+        self._pending: list[Notification] = []
+        self._tokens = itertools.count(1)
+        self._closed = False
+        self.manager: SharedStateManager[MetadataTree, MetaOp] = SharedStateManager(
+            client=client,
+            topic=topic,
+            codec=_MetaCodec(),
+            initializer=MetadataTree,
+            applier=self._apply,
+            config=config or StateConfig(compaction_threshold_bytes=16 * 1024 * 1024),
+            admin_url=admin_url,
+            admin_headers=admin_headers,
+            compactable=True,
+        )
+        self._pending.clear()  # bootstrap's changes are history, not news
+        self.manager.add_listener(self._on_write)
+        self.sessions_topic = f"{self.manager.topic}-pss-sessions"
+        admin = self.manager.admin
+        assert admin is not None
+        try:
+            admin.ensure_topic(self.sessions_topic)
+            admin.protect(self.sessions_topic)
+            self._session = client.subscribe(
+                self.sessions_topic,
+                f"{_SESSION_PREFIX}{self.session_id}",
+                consumer_type=pulsar.ConsumerType.Exclusive,
+                receiver_queue_size=1,
+                properties={"pulsar-state-role": "session"},
+            )
+        except (PulsarStateError, pulsar.PulsarException):
+            self.manager.close()
+            self._stop_dispatcher()
+            raise
+        self._dead_since: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._checker = threading.Thread(
+            target=self._check_sessions, name=f"pss-sessions-{self.session_id[:8]}", daemon=True
+        )
+        self._checker.start()
+
+    # -- applying (tailer thread) -----------------------------------------------
+
+    def _apply(self, tree: MetadataTree, op: MetaOp) -> None:
+        self._pending.extend(tree.apply(op))
+
+    def _on_write(self, change: AppliedWrite[MetaOp]) -> None:
+        notes, self._pending = self._pending, []
+        self._notify(notes)
+
+    # -- reads --------------------------------------------------------------------
+
+    def get(self, path: str, latest: bool = False) -> Future[GetResult | None]:
+        validate_path(path)
+        return self.manager.read(lambda t: t.get(path), latest)
+
+    def get_children(self, path: str, latest: bool = False) -> Future[list[str]]:
+        validate_path(path)
+        return self.manager.read(lambda t: t.children(path), latest)
+
+    def exists(self, path: str, latest: bool = False) -> Future[bool]:
+        validate_path(path)
+        return self.manager.read(lambda t: path in t.nodes, latest)
+
+    def fencing_token(self, path: str) -> int | None:
+        record = self.manager.read(lambda t: t.nodes.get(path)).result()
+        return None if record is None else record.token
+
+    # -- writes -------------------------------------------------------------------
+
+    def _token(self) -> int:
+        return ((self.manager.epoch or 0) << 40) | next(self._tokens)
+
+    def put(
+        self,
+        path: str,
+        value: bytes,
+        expected_version: int | None = None,
+        *,
+        ephemeral: bool = False,
+    ) -> Future[Stat]:
+        self._check_put(path, value, expected_version)
+        data = bytes(value)
+        planned: dict[str, MetaOp] = {}
+        owner = self.session_id if ephemeral else None
+
+        def gen(tree: MetadataTree) -> list[MetaOp]:
+            op = tree.plan_put(
+                path,
+                data,
+                expected_version,
+                int(time.time() * 1000),
+                owner=owner,
+                token=self._token(),
+            )
+            planned["op"] = op
+            return [op]
+
+        def stat(_: MetadataTree) -> Stat:
+            record = planned["op"].record
+            assert record is not None
+            return record.stat(path)
+
+        return self.manager.write(gen, stat)
+
+    def delete(self, path: str, expected_version: int | None = None) -> Future[None]:
+        validate_path(path)
+        return self.manager.write(
+            lambda tree: [tree.plan_delete(path, expected_version)], lambda _tree: None
+        )
+
+    # -- sessions -------------------------------------------------------------------
+
+    def _check_sessions(self) -> None:
+        admin = self.manager.admin
+        assert admin is not None
+        while not self._stop.wait(self.session_check_interval_s):
+            try:
+                owners = self.manager.read(lambda t: t.owners()).result() - {self.session_id}
+                if not owners:
+                    self._dead_since.clear()
+                    continue
+                subs = admin.stats(self.sessions_topic).get("subscriptions", {})
+                alive = {
+                    name[len(_SESSION_PREFIX) :]
+                    for name, sub in subs.items()
+                    if name.startswith(_SESSION_PREFIX) and sub.get("consumers")
+                }
+                now = time.monotonic()
+                for owner in owners:
+                    if owner in alive:
+                        self._dead_since.pop(owner, None)
+                        continue
+                    since = self._dead_since.setdefault(owner, now)
+                    if now - since >= self.session_timeout_s:
+                        self._expire(owner)
+                        self._dead_since.pop(owner, None)
+            except Exception:
+                if not self._stop.is_set():
+                    log.warning("session check on %s failed", self.manager.topic, exc_info=True)
+
+    def _expire(self, owner: str) -> None:
+        """Delete every ephemeral node of a dead session (one atomic write)."""
+
+        def gen(tree: MetadataTree) -> list[MetaOp]:
+            return [tree.plan_delete(p, None) for p in tree.ephemeral_of(owner)]
+
+        self.manager.write(gen).result(timeout=self.manager.config.operation_timeout_s)
+        log.info("expired session %s on %s", owner, self.manager.topic)
+        admin = self.manager.admin
+        if admin is not None:
+            try:
+                admin.request(
+                    "DELETE",
+                    f"/admin/v2/{self.sessions_topic.replace('://', '/')}"
+                    f"/subscription/{_SESSION_PREFIX}{owner}",
+                )
+            except Exception:
+                log.debug("could not remove the subscription of %s", owner, exc_info=True)
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._stop.set()
+        self._checker.join(timeout=5)
+        try:  # a clean exit takes its ephemeral nodes along at once
+            self._expire_own()
+        except Exception:
+            log.warning(
+                "could not delete the ephemeral nodes of %s", self.session_id, exc_info=True
+            )
+        self._closed = True
+        try:
+            self._session.unsubscribe()
+        except pulsar.PulsarException:
+            log.debug("session unsubscribe failed", exc_info=True)
+        self.manager.close()
+        self._stop_dispatcher()
+
+    def _expire_own(self) -> None:
+        def gen(tree: MetadataTree) -> list[MetaOp]:
+            return [tree.plan_delete(p, None) for p in tree.ephemeral_of(self.session_id)]
+
+        self.manager.write(gen).result(timeout=self.manager.config.operation_timeout_s)

@@ -1,0 +1,107 @@
+"""The conformance suite against the Pulsar-backed MetadataStore, plus what only
+a real broker can show: other processes, and a holder killed with SIGKILL."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+
+import pulsar
+import pytest
+from harness import PulsarEndpoint, unique_name, unique_topic, wait_until
+from metadata_conformance import *  # noqa: F403  (the shared tests)
+from state_workers import counter_worker
+
+from pulsar_state import BaseMetadataStore, CoordinationService, MetadataStore
+
+SESSION = {"session_timeout_s": 2.0, "session_check_interval_s": 0.5}
+
+
+@pytest.fixture
+def base() -> str:
+    return f"/{unique_name('conf')}"
+
+
+@pytest.fixture
+def topic() -> str:
+    return unique_topic("meta")
+
+
+@pytest.fixture
+def stores(
+    pulsar_endpoint: PulsarEndpoint, topic: str
+) -> Iterator[Callable[[], BaseMetadataStore]]:
+    opened: list[tuple[pulsar.Client, MetadataStore]] = []
+
+    def open_store() -> BaseMetadataStore:
+        client = pulsar.Client(
+            pulsar_endpoint.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+        )
+        store = MetadataStore(client, topic, admin_url=pulsar_endpoint.admin_url, **SESSION)
+        opened.append((client, store))
+        return store
+
+    yield open_store
+    for client, store in opened:
+        store.close()
+        client.close()
+
+
+def test_compare_and_set_from_several_processes(
+    pulsar_endpoint: PulsarEndpoint, topic: str, base: str
+) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    args = (pulsar_endpoint.service_url, pulsar_endpoint.admin_url, topic, f"{base}/n", 15)
+    with ctx.Pool(4) as pool:
+        results = pool.starmap(counter_worker, [args] * 4)
+    values = sorted(v for chunk in results for v in chunk)
+    assert values == list(range(1, 61))  # unique and gap-free across processes
+
+
+def test_lock_holder_killed_loses_the_lock(
+    pulsar_endpoint: PulsarEndpoint, stores: Callable[[], BaseMetadataStore], topic: str, base: str
+) -> None:
+    path = f"{base}/lease"
+    script = textwrap.dedent(
+        f"""
+        import sys, time, pulsar
+        from pulsar_state import CoordinationService, MetadataStore
+        client = pulsar.Client({pulsar_endpoint.service_url!r},
+                               logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+        store = MetadataStore(client, {topic!r}, admin_url={pulsar_endpoint.admin_url!r},
+                              session_timeout_s=2.0, session_check_interval_s=0.5)
+        CoordinationService(store).acquire_lock({path!r}, "victim").result(30)
+        print("locked", flush=True)
+        time.sleep(600)
+        """
+    )
+    victim = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    try:
+        assert victim.stdout is not None
+        for line in victim.stdout:  # the client may log to stdout first
+            if line.strip() == "locked":
+                break
+        else:
+            pytest.fail("the victim process never took the lock")
+        watcher = CoordinationService[str](stores())
+        wait_until(lambda: watcher.read_lock(path).result(30) == "victim", timeout_s=30)
+        elected = watcher.become_leader(path, "watcher")
+        killed_at = time.monotonic()
+        os.kill(victim.pid, signal.SIGKILL)
+        lock = elected.result(60)
+        took = time.monotonic() - killed_at
+        assert lock.content == "watcher"
+        # the documented bound: session_timeout_s + session_check_interval_s + a write
+        assert took < 2.0 + 0.5 + 10
+        watcher.close()
+    finally:
+        victim.kill()
+        victim.wait()
