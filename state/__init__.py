@@ -1,6 +1,11 @@
 """pulsar-shared-state: consistent shared state on Apache Pulsar."""
 
-from pulsar_state.aio import AsyncPulsarMap, AsyncSharedStateManager
+from pulsar_state.aio import (
+    AsyncCoordinationService,
+    AsyncMetadataStore,
+    AsyncPulsarMap,
+    AsyncSharedStateManager,
+)
 from pulsar_state.config import StateConfig
 from pulsar_state.coordination import CoordinationService, ResourceLock
 from pulsar_state.errors import (
@@ -60,6 +65,8 @@ __all__ = [
     # asyncio
     "AsyncPulsarMap",
     "AsyncSharedStateManager",
+    "AsyncMetadataStore",
+    "AsyncCoordinationService",
     # Serialization
     "Serde",
     "KeySerde",

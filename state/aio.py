@@ -20,11 +20,20 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any, Generic, Self, TypeVar
 
+from pulsar_state.coordination import CoordinationService, ResourceLock
 from pulsar_state.manager import SharedStateManager
+from pulsar_state.metadata_base import BaseMetadataStore
+from pulsar_state.metadata_state import GetResult, Notification, Stat
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import PulsarMap
 
-__all__ = ["AsyncPulsarMap", "AsyncSharedStateManager", "wrap"]
+__all__ = [
+    "AsyncCoordinationService",
+    "AsyncMetadataStore",
+    "AsyncPulsarMap",
+    "AsyncSharedStateManager",
+    "wrap",
+]
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -144,3 +153,64 @@ class AsyncPulsarMap(Generic[K, V]):
 
     async def clear(self) -> int:
         return await wrap(self.sync.clear())
+
+
+class AsyncMetadataStore:
+    """``await``-able metadata store (any :class:`BaseMetadataStore`)."""
+
+    def __init__(self, store: BaseMetadataStore) -> None:
+        self.sync = store
+
+    async def get(self, path: str) -> GetResult | None:
+        return await wrap(self.sync.get(path))
+
+    async def get_children(self, path: str) -> list[str]:
+        return await wrap(self.sync.get_children(path))
+
+    async def exists(self, path: str) -> bool:
+        return await wrap(self.sync.exists(path))
+
+    async def put(
+        self,
+        path: str,
+        value: bytes,
+        expected_version: int | None = None,
+        *,
+        ephemeral: bool = False,
+    ) -> Stat:
+        return await wrap(self.sync.put(path, value, expected_version, ephemeral=ephemeral))
+
+    async def delete(self, path: str, expected_version: int | None = None) -> None:
+        await wrap(self.sync.delete(path, expected_version))
+
+    def register_listener(self, listener: Callable[[Notification], None]) -> None:
+        """Listeners run on the store's dispatcher thread; use ``loop.call_soon_threadsafe``."""
+        self.sync.register_listener(listener)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.sync.close)
+
+
+class AsyncCoordinationService(Generic[T]):
+    """``await``-able :class:`CoordinationService`."""
+
+    def __init__(self, service: CoordinationService[T]) -> None:
+        self.sync = service
+
+    async def acquire_lock(self, path: str, content: T) -> ResourceLock[T]:
+        return await wrap(self.sync.acquire_lock(path, content))
+
+    async def read_lock(self, path: str) -> T | None:
+        return await wrap(self.sync.read_lock(path))
+
+    async def list_locks(self, path: str) -> list[str]:
+        return await wrap(self.sync.list_locks(path))
+
+    async def become_leader(self, path: str, content: T) -> ResourceLock[T]:
+        return await wrap(self.sync.become_leader(path, content))
+
+    async def get_next_counter_value(self, path: str) -> int:
+        return await wrap(self.sync.get_next_counter_value(path))
+
+    async def release(self, lock: ResourceLock[T]) -> None:
+        await wrap(lock.release())

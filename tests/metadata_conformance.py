@@ -8,6 +8,7 @@ prefix.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 
@@ -15,6 +16,8 @@ import pytest
 from harness import wait_until
 
 from pulsar_state import (
+    AsyncCoordinationService,
+    AsyncMetadataStore,
     BadVersionError,
     BaseMetadataStore,
     CoordinationService,
@@ -212,3 +215,26 @@ def test_lock_is_lost_when_its_session_dies(stores: StoreFactory, base: str) -> 
     assert took_over.result(60).content == "watcher"
     wait_until(lock.lost.done, timeout_s=T, message="lost future completed")
     watcher.close()
+
+
+def test_asyncio_surface(stores: StoreFactory, base: str) -> None:
+    store = AsyncMetadataStore(stores())
+    coord = AsyncCoordinationService[str](CoordinationService(store.sync))
+
+    async def main() -> None:
+        stat = await store.put(f"{base}/aio", b"1", -1)
+        assert stat.version == 0
+        got = await store.get(f"{base}/aio")
+        assert got is not None and got.value == b"1"
+        with pytest.raises(BadVersionError):
+            await store.put(f"{base}/aio", b"2", 5)
+        assert await store.get_children(base) == ["aio"]
+        lock = await coord.acquire_lock(f"{base}/aio-lock", "me")
+        assert await coord.read_lock(f"{base}/aio-lock") == "me"
+        await coord.release(lock)
+        assert await coord.get_next_counter_value(f"{base}/aio-ctr") == 1
+        await store.delete(f"{base}/aio")
+        assert not await store.exists(f"{base}/aio")
+
+    asyncio.run(main())
+    coord.sync.close()

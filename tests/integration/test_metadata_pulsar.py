@@ -105,3 +105,21 @@ def test_lock_holder_killed_loses_the_lock(
     finally:
         victim.kill()
         victim.wait()
+
+
+@pytest.mark.fault
+def test_listeners_resume_after_a_broker_restart(
+    pulsar_endpoint: PulsarEndpoint, stores: Callable[[], BaseMetadataStore], base: str
+) -> None:
+    if not pulsar_endpoint.can_restart:
+        pytest.skip(f"cannot restart a {pulsar_endpoint.kind} broker")
+    watcher, writer = stores(), stores()
+    seen: list[str] = []
+    watcher.register_listener(lambda n: seen.append(n.path) if n.type.value == "created" else None)
+    writer.put(f"{base}/before", b"1").result(30)
+    wait_until(lambda: f"{base}/before" in seen, timeout_s=30)
+    pulsar_endpoint.restart()
+    writer.put(f"{base}/after", b"2").result(120)
+    wait_until(lambda: f"{base}/after" in seen, timeout_s=120, message="notified after restart")
+    got = watcher.get(f"{base}/after", latest=True).result(60)  # type: ignore[call-arg]
+    assert got is not None and got.value == b"2"
