@@ -32,14 +32,18 @@ class KeySerde(Protocol[T]):
     def from_key(self, key: str) -> T: ...
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, allow_nan=False)
+_DECODER = json.JSONDecoder()
+
+
 class JsonSerde(Generic[T]):
     """JSON values (the default). Non-JSON types raise ``TypeError`` on write."""
 
     def serialize(self, value: T) -> bytes:
-        return json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False).encode()
+        return _ENCODER.encode(value).encode()
 
     def deserialize(self, data: bytes) -> T:
-        result: T = json.loads(data)
+        result: T = _DECODER.decode(data.decode())
         return result
 
 
