@@ -115,6 +115,8 @@ class Tailer(Generic[S, Op]):
         self._waiters: list[tuple[Position, int, Future[Position]]] = []
         self._seq = itertools.count()
         self._listeners: list[Callable[[AppliedWrite[Op]], None]] = []
+        #: the writer's hook: (write ids, position, applied?) after each commit
+        self.on_outcome: Callable[[tuple[str, ...], Position, bool], None] | None = None
         # the write being assembled from the current entry
         self._buf_ops: list[Op] = []
         self._buf_entry: tuple[int, int] | None = None
@@ -374,6 +376,7 @@ class Tailer(Generic[S, Op]):
         self._buf_ops, self._buf_entry, self._buf_write = [], None, None
         self._buf_last, self._buf_bad, self._buf_epoch, self._buf_keys = None, None, 0, []
         applied_ops: list[Op] = []
+        stale = True
         with self._cond:
             if epoch < self.epoch:
                 # written by a writer that had already lost the topic: no reader
@@ -391,7 +394,12 @@ class Tailer(Generic[S, Op]):
                     if not key.startswith(RESERVED_PREFIX):
                         self.stale_keys[key] = pos
                 self._advance_locked(pos)
-                return
+            else:
+                stale = False
+        if stale:
+            self._report(members, pos, applied=False)
+            return
+        with self._cond:
             if members and all(m in self._recent for m in members):
                 # the same write landed twice (a retried publish): apply it once
                 metrics.INVALID_MESSAGES.labels(self.topic, "duplicate").inc()
@@ -423,6 +431,7 @@ class Tailer(Generic[S, Op]):
                 if len(self._recent) > _RECENT_WRITES:
                     self._recent.popitem(last=False)
             self._advance_locked(pos)
+        self._report(members, pos, applied=True)
         if applied_ops and self._listeners:
             change = AppliedWrite(applied_ops, pos, write_id, compacted)
             for listener in list(self._listeners):
@@ -430,6 +439,15 @@ class Tailer(Generic[S, Op]):
                     listener(change)
                 except Exception:
                     log.exception("state listener %r failed", listener)
+
+    def _report(self, members: tuple[str, ...], pos: Position, *, applied: bool) -> None:
+        """Tell the writer what became of its writes (applied, or stale: re-run)."""
+        hook = self.on_outcome
+        if members and hook is not None:
+            try:
+                hook(members, pos, applied)
+            except Exception:
+                log.exception("write outcome hook failed")
 
     def _advance(self, pos: Position) -> None:
         with self._cond:

@@ -76,6 +76,9 @@ _ACCESS = {
 }
 
 
+#: wakes the writer thread without a request (e.g. a stale write was seen)
+_WAKE = object()
+
 #: write ids: unique per process (random) and per write (a counter), cheap to make
 _PROCESS_ID = uuid.uuid4().hex[:16]
 _WRITE_SEQ = itertools.count()
@@ -162,8 +165,16 @@ class Writer(Generic[S, Op]):
         self._tailer = tailer
         self._codec = codec
         self._config = config
-        self._queue: queue.SimpleQueue[WriteRequest[S, Op] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._retry: collections.deque[WriteRequest[S, Op]] = collections.deque()
+        #: published, not yet applied: the tailer completes them (see _on_outcome)
+        self._pending: dict[str, WriteRequest[S, Op]] = {}
+        #: published groups, oldest first, until all their writes are done
+        self._inflight: collections.deque[list[WriteRequest[S, Op]]] = collections.deque()
+        #: set by the tailer when one of our writes landed stale
+        self._fenced = threading.Event()
+        self._resubmit: list[WriteRequest[S, Op]] = []
+        tailer.on_outcome = self._on_outcome
         self._producer: pulsar.Producer | None = None
         self._epoch: int | None = None
         self._last_sent: Position | None = None
@@ -204,7 +215,8 @@ class Writer(Generic[S, Op]):
                 break
             if request is not None and not request.future.done():
                 request.future.set_exception(StateClosedError("the state manager is closed"))
-        for request in self._retry:
+        leftovers = [*self._retry, *self._pending.values(), *self._resubmit]
+        for request in leftovers:
             if not request.future.done():
                 request.future.set_exception(StateClosedError("the state manager is closed"))
 
@@ -214,9 +226,12 @@ class Writer(Generic[S, Op]):
         if self._retry:
             return self._retry.popleft()
         try:
-            return self._queue.get(timeout=timeout_s)
+            item = self._queue.get(timeout=timeout_s)
         except queue.Empty:
             return None
+        if item is _WAKE:
+            return self._next(0) if not self._fenced.is_set() else None
+        return item  # type: ignore[no-any-return]
 
     def _drain_blind(self, first: WriteRequest[S, Op]) -> list[WriteRequest[S, Op]]:
         group = [first]
@@ -232,6 +247,8 @@ class Writer(Generic[S, Op]):
                 nxt = self._queue.get_nowait()
             except queue.Empty:
                 break
+            if nxt is _WAKE:
+                continue
             if nxt is None:
                 self._queue.put(None)
                 break
@@ -243,12 +260,17 @@ class Writer(Generic[S, Op]):
 
     def _run(self) -> None:
         while True:
+            if self._recover():
+                continue
             idle = self._config.effective_idle_release_s
             request = self._next(idle if self._producer is not None else None)
+            self._trim_inflight()
             if request is None:
                 if self._closed:
                     return
-                if self._producer is not None and idle is not None:
+                if self._fenced.is_set() and self._producer is not None:
+                    self._lost(FencedError("a write landed stale: another writer holds the topic"))
+                elif self._producer is not None and idle is not None and not self._pending:
                     self._release()
                 continue
             if self._closed:
@@ -264,6 +286,8 @@ class Writer(Generic[S, Op]):
                         r.future.set_exception(PulsarStateError(f"writer failed: {exc!r}"))
 
     def _process(self, group: list[WriteRequest[S, Op]]) -> None:
+        if self._fenced.is_set() and self._producer is not None:
+            self._lost(FencedError("a write landed stale: another writer holds the topic"))
         try:
             self._acquire()
         except PulsarStateError as exc:
@@ -271,10 +295,17 @@ class Writer(Generic[S, Op]):
                 request.attempts += 1
             self._retry_later(group, exc)
             return
+        if self._resubmit:  # writes of the lost tenure go first, in their order
+            self._retry.extendleft(reversed([*self._resubmit, *group]))
+            self._resubmit = []
+            return
         messages: list[tuple[str | None, bytes]] = []
         members: list[WriteRequest[S, Op]] = []
         size = 0
-        for request in group:
+        for index, request in enumerate(group):
+            if self._fenced.is_set():  # stop sending what would land stale
+                self._retry.extendleft(reversed([*members, *group[index:]]))
+                return
             request.attempts += 1
             landed = self._tailer.write_position(request.write_id)
             if landed is not None:
@@ -341,43 +372,95 @@ class Writer(Generic[S, Op]):
                 members=[r.write_id for r in members],
             )
         )
+        # the tailer completes these futures when it applies the entry (maybe
+        # before the ack is back): register them first
+        for request in members:
+            self._pending[request.write_id] = request
+        self._inflight.append(members)
         acks = _Acks(1)  # an entry is stored whole or not at all: its last ack tells
         try:
-            self._send_entry(producer, messages, acks)
+            last = self._send_entry(producer, messages, acks)
         except (pulsar.PulsarException, _PublishFailedError) as exc:
+            # it may still have landed (a timeout): after regaining the topic,
+            # whatever is not applied by then is re-run (_requeue_unresolved)
             self._lost(exc)
-            self._retry_later(members, exc)
             return
-        last = acks.last
-        assert last is not None
         self._last_sent = last
         self._last_write = time.monotonic()
-        # a write is done when the tailer has applied it - or skipped it as stale
-        try:
-            self._tailer.wait_applied(last, self._config.operation_timeout_s)
-        except PulsarStateError as exc:
-            for request in members:
-                if not request.future.done():
-                    request.future.set_exception(exc)
-            return
-        rejected = [
-            r
-            for r in members
-            if self._tailer.was_rejected(r.write_id)
-            and self._tailer.write_position(r.write_id) is None
-        ]
-        if rejected:  # landed after a newer writer's epoch: we had lost the topic
+        self._losses = 0
+        metrics.WRITES.labels(*self._labels).inc(len(members))
+        self._repair()
+        self._maybe_snapshot()
+
+    def _on_outcome(self, write_ids: tuple[str, ...], position: Position, applied: bool) -> None:
+        """Tailer thread: our writes were applied (done) or skipped as stale (re-run)."""
+        if applied:
+            now = time.monotonic()
+            for write_id in write_ids:
+                request = self._pending.pop(write_id, None)
+                if request is not None and not request.future.done():
+                    metrics.WRITE_SECONDS.labels(*self._labels).observe(now - request.submitted)
+                    request.future.set_result(position)
+        elif any(write_id in self._pending for write_id in write_ids):
+            self._fenced.set()
+            self._queue.put(_WAKE)
+
+    def _recover(self) -> bool:
+        """Regain the topic at once when published writes wait on a lost tenure."""
+        self._trim_inflight()
+        if self._closed:
+            return False
+        if self._fenced.is_set() and self._producer is not None:
             self._lost(FencedError("a write landed stale: another writer holds the topic"))
-            self._retry_later(rejected, FencedError("fenced"))
-        else:
-            self._losses = 0
-        metrics.WRITES.labels(*self._labels).inc(len(members) - len(rejected))
-        for request in members:
-            if request not in rejected:
-                self._complete(request, self._tailer.write_position(request.write_id) or last)
-        if not rejected:
-            self._repair()
-            self._maybe_snapshot()
+        if self._producer is not None or not (self._inflight or self._resubmit):
+            return False
+        try:
+            self._acquire()
+        except PulsarStateError as exc:
+            self._fail_exhausted_inflight(exc)
+            return True
+        if self._resubmit:
+            self._retry.extendleft(reversed(self._resubmit))
+            self._resubmit = []
+        return True
+
+    def _fail_exhausted_inflight(self, exc: BaseException) -> None:
+        for group in self._inflight:
+            for request in group:
+                if not request.future.done() and self._config.retry.exhausted(
+                    max(request.attempts, 1), request.submitted
+                ):
+                    self._pending.pop(request.write_id, None)
+                    request.future.set_exception(
+                        WriteFailedError(f"gave up: {exc}", attempts=request.attempts)
+                    )
+
+    def _trim_inflight(self) -> None:
+        while self._inflight and all(r.future.done() for r in self._inflight[0]):
+            self._inflight.popleft()
+
+    def _requeue_unresolved(self) -> None:
+        """After regaining the topic: re-run what the lost tenure did not get applied.
+
+        Our new epoch marker is applied, so every entry we published before it
+        has been applied (its futures are done) or skipped as stale, or never
+        landed; the rest go back to the front of the queue in publication order.
+        """
+        unresolved = [r for group in self._inflight for r in group if not r.future.done()]
+        self._inflight.clear()
+        for request in unresolved:
+            self._pending.pop(request.write_id, None)
+        if unresolved:
+            metrics.WRITE_RETRIES.labels(*self._labels).inc(len(unresolved))
+        keep = []
+        for request in unresolved:
+            if self._config.retry.exhausted(max(request.attempts, 1), request.submitted):
+                request.future.set_exception(
+                    FencedError(f"gave up after {request.attempts} attempts: fenced each time")
+                )
+            else:
+                keep.append(request)
+        self._resubmit = keep + self._resubmit
 
     def _maybe_snapshot(self) -> None:
         snapshotter = self._snapshotter
@@ -450,6 +533,7 @@ class Writer(Generic[S, Op]):
                 properties={"pulsar-state-writer": self.writer_id},
             )
         except pulsar.PulsarException as exc:
+            self._losses += 1
             raise FencedError(f"could not gain the topic: {exc}") from exc
         self._producer = producer
         try:
@@ -463,6 +547,8 @@ class Writer(Generic[S, Op]):
             raise FencedError(f"lost the topic while gaining it: {exc}") from exc
         self._epoch = epoch_of(position.ledger, position.entry)
         self._last_sent = position
+        self._fenced.clear()
+        self._requeue_unresolved()
         log.debug("writer %s holds %s with epoch %s", self.writer_id, self._topic, self._epoch)
         self._repair()
 
