@@ -22,10 +22,9 @@ import logging
 import threading
 import time
 import uuid
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import pulsar
 
@@ -38,45 +37,20 @@ from pulsar_state.errors import (
     StateClosedError,
 )
 from pulsar_state.op_codec import OpCodec
-from pulsar_state.position import START, Position
-from pulsar_state.topic_format import (
-    FORMAT_VERSION,
-    PROP_FORMAT,
-    PROP_KIND,
-    PROP_WRITE,
-    RESERVED_PREFIX,
-    Kind,
-    epoch_of,
-    message_epoch,
-    parse_commit,
-)
+from pulsar_state.position import Position
+from pulsar_state.replay import AppliedWrite, LogReplay
 
-__all__ = ["AppliedWrite", "Tailer"]
+__all__ = ["AppliedWrite", "Tailer"]  # AppliedWrite: re-exported from replay
 
 log = logging.getLogger(__name__)
 
 S = TypeVar("S")
 Op = TypeVar("Op")
 
-_RECENT_WRITES = 100_000
 _ACK_EVERY_S = 1.0
 
 
-class AppliedWrite(Generic[Op]):
-    """What listeners get after each applied write."""
-
-    __slots__ = ("compacted", "ops", "position", "write_id")
-
-    def __init__(
-        self, ops: Sequence[Op], position: Position, write_id: str | None, compacted: bool
-    ) -> None:
-        self.ops = ops
-        self.position = position
-        self.write_id = write_id
-        self.compacted = compacted
-
-
-class Tailer(Generic[S, Op]):
+class Tailer(LogReplay[S, Op]):
     """Follows the topic and applies writes; see the module docstring."""
 
     def __init__(
@@ -91,40 +65,23 @@ class Tailer(Generic[S, Op]):
         start: Position | None = None,
         start_epoch: int = 0,
     ) -> None:
-        self.topic = topic
-        self.state = state
-        self._start = start
         self.lock = threading.RLock()
-        self._cond = threading.Condition(self.lock)
-        self._codec = codec
-        self._applier = applier
+        cond = threading.Condition(self.lock)
+        super().__init__(
+            topic=topic,
+            codec=codec,
+            applier=applier,
+            state=state,
+            on_invalid=config.on_invalid_message,
+            start=start,
+            start_epoch=start_epoch,
+            lock=cond,
+        )
         self._config = config
-        self.applied: Position = start or START
-        self.epoch: int = start_epoch
-        self.invalid_count = 0
-        self.received = 0
-        self.applied_writes = 0
-        self.compacted_out = 0
         self.failure: PulsarStateError | None = None
         self._closed = False
-        self._recent: OrderedDict[str, Position] = OrderedDict()
-        self._rejected: OrderedDict[str, Position] = OrderedDict()
-        #: keys a stale (fenced) write touched, with where: the writer repairs them
-        self.stale_keys: dict[str, Position] = {}
-        self.stale_writes = 0
         self._waiters: list[tuple[Position, int, Future[Position]]] = []
         self._seq = itertools.count()
-        self._listeners: list[Callable[[AppliedWrite[Op]], None]] = []
-        #: the writer's hook: (write ids, position, applied?) after each commit
-        self.on_outcome: Callable[[tuple[str, ...], Position, bool], None] | None = None
-        # the write being assembled from the current entry
-        self._buf_ops: list[Op] = []
-        self._buf_entry: tuple[int, int] | None = None
-        self._buf_write: str | None = None
-        self._buf_last: Position | None = None
-        self._buf_bad: str | None = None
-        self._buf_epoch = 0
-        self._buf_keys: list[str] = []
         self._last_msg: pulsar.Message | None = None
         self._last_ack = time.monotonic()
         self._labels = (topic,)
@@ -269,7 +226,7 @@ class Tailer(Generic[S, Op]):
             try:
                 msg = self._consumer.receive(timeout_millis=50)
             except pulsar.Timeout:
-                self._flush_buffer()
+                self.flush()
                 self._maybe_ack(force=True)
                 continue
             except pulsar.AlreadyClosed:
@@ -279,7 +236,7 @@ class Tailer(Generic[S, Op]):
                 time.sleep(0.1)
                 continue
             try:
-                self._handle(msg)
+                self.feed(msg)
             except InvalidMessageError as exc:
                 self._fail(exc)
                 return
@@ -301,172 +258,13 @@ class Tailer(Generic[S, Op]):
         self._last_msg = None
         self._last_ack = now
 
-    def _handle(self, msg: pulsar.Message) -> None:
-        pos = Position.from_message_id(msg.message_id())
-        if self._start is not None and not pos > self._start:
-            return  # already in the snapshot
-        entry = (pos.ledger, pos.entry)
-        if self._buf_entry is not None and entry != self._buf_entry:
-            self._flush_buffer()
-        props = msg.properties()
-        if not props and not msg.partition_key() and not msg.data():
-            # A slot of a batch that compaction emptied: the C++ client hands
-            # these out (the Java client skips messages marked compacted-out).
-            self.compacted_out += 1
-            self._advance(pos)
-            return
-        self.received += 1
-        if props.get(PROP_FORMAT) != FORMAT_VERSION:
-            self._flush_buffer()
-            self._invalid("foreign", pos, f"message without {PROP_FORMAT}={FORMAT_VERSION}")
-            self._advance(pos)
-            return
-        kind = props.get(PROP_KIND)
-        write_id = props.get(PROP_WRITE)
-        if kind == Kind.OP:
-            if self._buf_entry is not None and write_id != self._buf_write:
-                self._flush_buffer()  # compacted entries may hold several writes' ops
-            if self._buf_entry is None:
-                self._buf_entry, self._buf_write = entry, write_id
-                self._buf_epoch = message_epoch(props)
-            self._buf_last = pos
-            self._buf_keys.append(msg.partition_key())
-            try:
-                self._buf_ops.append(self._codec.decode(msg.partition_key(), msg.data()))
-            except Exception as exc:
-                self._buf_bad = f"undecodable op ({type(exc).__name__}: {exc})"
-        elif kind == Kind.COMMIT:
-            try:
-                commit = parse_commit(msg.data())
-            except (ValueError, KeyError, TypeError) as exc:
-                self._flush_buffer()
-                self._invalid("bad_commit", pos, f"unreadable commit marker: {exc}")
-                self._advance(pos)
-                return
-            if self._buf_entry is not None and commit.write_id != self._buf_write:
-                self._flush_buffer()
-            if self._buf_entry is None:  # all its ops were compacted away
-                self._buf_epoch = commit.epoch
-            self._apply_buffer(pos, commit.write_id, compacted=False, members=commit.members)
-        elif kind == Kind.EPOCH:
-            self._flush_buffer()
-            with self._cond:
-                self.epoch = max(self.epoch, epoch_of(pos.ledger, pos.entry))
-            self._advance(pos)
-        else:
-            self._flush_buffer()
-            self._invalid("unknown_kind", pos, f"unknown message kind {kind!r}")
-            self._advance(pos)
-
-    def _flush_buffer(self) -> None:
-        """Apply ops whose commit marker compaction removed (or a foreign batch's)."""
-        if self._buf_entry is None or self._buf_last is None:
-            return
-        self._apply_buffer(self._buf_last, self._buf_write, compacted=True)
-
-    def _apply_buffer(
-        self,
-        pos: Position,
-        write_id: str | None,
-        *,
-        compacted: bool,
-        members: tuple[str, ...] = (),
-    ) -> None:
-        ops, bad, epoch, keys = self._buf_ops, self._buf_bad, self._buf_epoch, self._buf_keys
-        self._buf_ops, self._buf_entry, self._buf_write = [], None, None
-        self._buf_last, self._buf_bad, self._buf_epoch, self._buf_keys = None, None, 0, []
-        applied_ops: list[Op] = []
-        stale = True
-        with self._cond:
-            if epoch < self.epoch:
-                # written by a writer that had already lost the topic: no reader
-                # applies it; its writer sees that and re-runs it
-                self.stale_writes += 1
-                metrics.INVALID_MESSAGES.labels(self.topic, "stale_epoch").inc()
-                log.info(
-                    "skipped stale write %s at %s (epoch %s < %s)", write_id, pos, epoch, self.epoch
-                )
-                for member in members:
-                    self._rejected[member] = pos
-                    if len(self._rejected) > _RECENT_WRITES:
-                        self._rejected.popitem(last=False)
-                for key in keys:
-                    if not key.startswith(RESERVED_PREFIX):
-                        self.stale_keys[key] = pos
-                self._advance_locked(pos)
-            else:
-                stale = False
-        if stale:
-            self._report(members, pos, applied=False)
-            return
-        with self._cond:
-            if members and all(m in self._recent for m in members):
-                # the same write landed twice (a retried publish): apply it once
-                metrics.INVALID_MESSAGES.labels(self.topic, "duplicate").inc()
-                log.info("skipped duplicate of write %s at %s", write_id, pos)
-                self._advance_locked(pos)
-                return
-            if bad is not None:
-                self._invalid("undecodable", pos, f"{bad}; the whole write is skipped")
-            else:
-                self.epoch = max(self.epoch, epoch)
-                try:
-                    for op in ops:
-                        self._applier(self.state, op)
-                        applied_ops.append(op)
-                except Exception as exc:
-                    log.exception("applying write %s at %s failed", write_id, pos)
-                    self._invalid(
-                        "apply_failed",
-                        pos,
-                        f"the applier raised {type(exc).__name__}: {exc} after "
-                        f"{len(applied_ops)} of {len(ops)} ops",
-                    )
-                self.applied_writes += 1
-                metrics.APPLIED_WRITES.labels(*self._labels).inc()
-                metrics.APPLIED_OPS.labels(*self._labels).inc(len(applied_ops))
-            for member in members:
-                self._recent[member] = pos
-                self._rejected.pop(member, None)
-                if len(self._recent) > _RECENT_WRITES:
-                    self._recent.popitem(last=False)
-            self._advance_locked(pos)
-        self._report(members, pos, applied=True)
-        if applied_ops and self._listeners:
-            change = AppliedWrite(applied_ops, pos, write_id, compacted)
-            for listener in list(self._listeners):
-                try:
-                    listener(change)
-                except Exception:
-                    log.exception("state listener %r failed", listener)
-
-    def _report(self, members: tuple[str, ...], pos: Position, *, applied: bool) -> None:
-        """Tell the writer what became of its writes (applied, or stale: re-run)."""
-        hook = self.on_outcome
-        if members and hook is not None:
-            try:
-                hook(members, pos, applied)
-            except Exception:
-                log.exception("write outcome hook failed")
-
-    def _advance(self, pos: Position) -> None:
-        with self._cond:
-            self._advance_locked(pos)
-
-    def _advance_locked(self, pos: Position) -> None:
-        self.applied = max(self.applied, pos)
+    def _advanced(self) -> None:
+        """Under the lock, after ``applied`` moved: wake waiters."""
         self._cond.notify_all()
         while self._waiters and self.applied.covers(self._waiters[0][0]):
             _, _, fut = heapq.heappop(self._waiters)
             if not fut.done():
                 fut.set_result(self.applied)
-
-    def _invalid(self, reason: str, pos: Position, detail: str) -> None:
-        self.invalid_count += 1
-        metrics.INVALID_MESSAGES.labels(self.topic, reason).inc()
-        if self._config.on_invalid_message == "fail":
-            raise InvalidMessageError(f"{self.topic}: {detail}", position=str(pos))
-        log.warning("skipped a message on %s at %s: %s", self.topic, pos, detail)
 
     def _fail(self, exc: PulsarStateError) -> None:
         with self._cond:

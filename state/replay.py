@@ -1,0 +1,286 @@
+"""Replaying the state topic: the one decoder of the topic format.
+
+:class:`LogReplay` turns the topic's messages, in order, into applied writes:
+it groups an entry's ops with their commit marker, skips stale writes (older
+epoch than the newest seen), duplicates, compacted-out batch slots, foreign and
+undecodable messages, and applies the rest to a state through the applier. The
+tailer (live state) and the Spark source (snapshots and changelogs) both use
+it, so there is exactly one reading of the format.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, Literal, TypeVar
+
+import pulsar
+
+from pulsar_state import metrics
+from pulsar_state.errors import InvalidMessageError
+from pulsar_state.op_codec import OpCodec
+from pulsar_state.position import START, Position
+from pulsar_state.topic_format import (
+    FORMAT_VERSION,
+    PROP_FORMAT,
+    PROP_KIND,
+    PROP_WRITE,
+    RESERVED_PREFIX,
+    Kind,
+    epoch_of,
+    message_epoch,
+    parse_commit,
+)
+
+__all__ = ["AppliedWrite", "LogReplay"]
+
+log = logging.getLogger(__name__)
+
+S = TypeVar("S")
+Op = TypeVar("Op")
+
+_RECENT_WRITES = 100_000
+
+
+class AppliedWrite(Generic[Op]):
+    """What listeners get after each applied write."""
+
+    __slots__ = ("compacted", "ops", "position", "publish_ms", "write_id")
+
+    def __init__(
+        self,
+        ops: Sequence[Op],
+        position: Position,
+        write_id: str | None,
+        compacted: bool,
+        publish_ms: int = 0,
+    ) -> None:
+        self.ops = ops
+        self.position = position
+        self.write_id = write_id
+        self.compacted = compacted
+        self.publish_ms = publish_ms
+
+
+class LogReplay(Generic[S, Op]):
+    """Applies the topic's messages to ``state``; feed them in order, then ``flush``."""
+
+    def __init__(
+        self,
+        *,
+        topic: str,
+        codec: OpCodec[Op],
+        applier: Callable[[S, Op], Any],
+        state: S,
+        on_invalid: Literal["skip", "fail"] = "skip",
+        start: Position | None = None,
+        start_epoch: int = 0,
+        lock: Any = None,
+    ) -> None:
+        self.topic = topic
+        self.state = state
+        self.on_invalid = on_invalid
+        self._start = start
+        self._codec = codec
+        self._applier = applier
+        self._cond: Any = lock if lock is not None else threading.Condition(threading.RLock())
+        self.applied: Position = start or START
+        self.epoch: int = start_epoch
+        self.invalid_count = 0
+        self.received = 0
+        self.applied_writes = 0
+        self.compacted_out = 0
+        self._recent: OrderedDict[str, Position] = OrderedDict()
+        self._rejected: OrderedDict[str, Position] = OrderedDict()
+        #: keys a stale (fenced) write touched, with where: the writer repairs them
+        self.stale_keys: dict[str, Position] = {}
+        self.stale_writes = 0
+        self._listeners: list[Callable[[AppliedWrite[Op]], None]] = []
+        #: the writer's hook: (write ids, position, applied?) after each commit
+        self.on_outcome: Callable[[tuple[str, ...], Position, bool], None] | None = None
+        # the write being assembled from the current entry
+        self._buf_ops: list[Op] = []
+        self._buf_entry: tuple[int, int] | None = None
+        self._buf_write: str | None = None
+        self._buf_last: Position | None = None
+        self._buf_bad: str | None = None
+        self._buf_epoch = 0
+        self._buf_keys: list[str] = []
+        self._buf_publish_ms = 0
+        self._labels = (topic,)
+
+    def feed(self, msg: pulsar.Message) -> None:
+        """Take the next message of the topic."""
+        self._handle(msg)
+
+    def flush(self) -> None:
+        """No message follows for now: apply what compaction left without a marker."""
+        self._flush_buffer()
+
+    def _advanced(self) -> None:
+        """Hook, under the lock, after ``applied`` moved."""
+
+    def _advance_locked(self, pos: Position) -> None:
+        self.applied = max(self.applied, pos)
+        self._advanced()
+
+    def _handle(self, msg: pulsar.Message) -> None:
+        pos = Position.from_message_id(msg.message_id())
+        if self._start is not None and not pos > self._start:
+            return  # already in the snapshot
+        entry = (pos.ledger, pos.entry)
+        if self._buf_entry is not None and entry != self._buf_entry:
+            self._flush_buffer()
+        props = msg.properties()
+        if not props and not msg.partition_key() and not msg.data():
+            # A slot of a batch that compaction emptied: the C++ client hands
+            # these out (the Java client skips messages marked compacted-out).
+            self.compacted_out += 1
+            self._advance(pos)
+            return
+        self.received += 1
+        if props.get(PROP_FORMAT) != FORMAT_VERSION:
+            self._flush_buffer()
+            self._invalid("foreign", pos, f"message without {PROP_FORMAT}={FORMAT_VERSION}")
+            self._advance(pos)
+            return
+        kind = props.get(PROP_KIND)
+        write_id = props.get(PROP_WRITE)
+        if kind == Kind.OP:
+            if self._buf_entry is not None and write_id != self._buf_write:
+                self._flush_buffer()  # compacted entries may hold several writes' ops
+            if self._buf_entry is None:
+                self._buf_entry, self._buf_write = entry, write_id
+                self._buf_epoch = message_epoch(props)
+            self._buf_last = pos
+            self._buf_keys.append(msg.partition_key())
+            try:
+                self._buf_ops.append(self._codec.decode(msg.partition_key(), msg.data()))
+            except Exception as exc:
+                self._buf_bad = f"undecodable op ({type(exc).__name__}: {exc})"
+        elif kind == Kind.COMMIT:
+            try:
+                commit = parse_commit(msg.data())
+            except (ValueError, KeyError, TypeError) as exc:
+                self._flush_buffer()
+                self._invalid("bad_commit", pos, f"unreadable commit marker: {exc}")
+                self._advance(pos)
+                return
+            if self._buf_entry is not None and commit.write_id != self._buf_write:
+                self._flush_buffer()
+            if self._buf_entry is None:  # all its ops were compacted away
+                self._buf_epoch = commit.epoch
+            self._apply_buffer(pos, commit.write_id, compacted=False, members=commit.members)
+        elif kind == Kind.EPOCH:
+            self._flush_buffer()
+            with self._cond:
+                self.epoch = max(self.epoch, epoch_of(pos.ledger, pos.entry))
+            self._advance(pos)
+        else:
+            self._flush_buffer()
+            self._invalid("unknown_kind", pos, f"unknown message kind {kind!r}")
+            self._advance(pos)
+
+    def _flush_buffer(self) -> None:
+        """Apply ops whose commit marker compaction removed (or a foreign batch's)."""
+        if self._buf_entry is None or self._buf_last is None:
+            return
+        self._apply_buffer(self._buf_last, self._buf_write, compacted=True)
+
+    def _apply_buffer(
+        self,
+        pos: Position,
+        write_id: str | None,
+        *,
+        compacted: bool,
+        members: tuple[str, ...] = (),
+    ) -> None:
+        ops, bad, epoch, keys = self._buf_ops, self._buf_bad, self._buf_epoch, self._buf_keys
+        self._buf_ops, self._buf_entry, self._buf_write = [], None, None
+        self._buf_last, self._buf_bad, self._buf_epoch, self._buf_keys = None, None, 0, []
+        applied_ops: list[Op] = []
+        stale = True
+        with self._cond:
+            if epoch < self.epoch:
+                # written by a writer that had already lost the topic: no reader
+                # applies it; its writer sees that and re-runs it
+                self.stale_writes += 1
+                metrics.INVALID_MESSAGES.labels(self.topic, "stale_epoch").inc()
+                log.info(
+                    "skipped stale write %s at %s (epoch %s < %s)", write_id, pos, epoch, self.epoch
+                )
+                for member in members:
+                    self._rejected[member] = pos
+                    if len(self._rejected) > _RECENT_WRITES:
+                        self._rejected.popitem(last=False)
+                for key in keys:
+                    if not key.startswith(RESERVED_PREFIX):
+                        self.stale_keys[key] = pos
+                self._advance_locked(pos)
+            else:
+                stale = False
+        if stale:
+            self._report(members, pos, applied=False)
+            return
+        with self._cond:
+            if members and all(m in self._recent for m in members):
+                # the same write landed twice (a retried publish): apply it once
+                metrics.INVALID_MESSAGES.labels(self.topic, "duplicate").inc()
+                log.info("skipped duplicate of write %s at %s", write_id, pos)
+                self._advance_locked(pos)
+                return
+            if bad is not None:
+                self._invalid("undecodable", pos, f"{bad}; the whole write is skipped")
+            else:
+                self.epoch = max(self.epoch, epoch)
+                try:
+                    for op in ops:
+                        self._applier(self.state, op)
+                        applied_ops.append(op)
+                except Exception as exc:
+                    log.exception("applying write %s at %s failed", write_id, pos)
+                    self._invalid(
+                        "apply_failed",
+                        pos,
+                        f"the applier raised {type(exc).__name__}: {exc} after "
+                        f"{len(applied_ops)} of {len(ops)} ops",
+                    )
+                self.applied_writes += 1
+                metrics.APPLIED_WRITES.labels(*self._labels).inc()
+                metrics.APPLIED_OPS.labels(*self._labels).inc(len(applied_ops))
+            for member in members:
+                self._recent[member] = pos
+                self._rejected.pop(member, None)
+                if len(self._recent) > _RECENT_WRITES:
+                    self._recent.popitem(last=False)
+            self._advance_locked(pos)
+        self._report(members, pos, applied=True)
+        if applied_ops and self._listeners:
+            change = AppliedWrite(applied_ops, pos, write_id, compacted)
+            for listener in list(self._listeners):
+                try:
+                    listener(change)
+                except Exception:
+                    log.exception("state listener %r failed", listener)
+
+    def _report(self, members: tuple[str, ...], pos: Position, *, applied: bool) -> None:
+        """Tell the writer what became of its writes (applied, or stale: re-run)."""
+        hook = self.on_outcome
+        if members and hook is not None:
+            try:
+                hook(members, pos, applied)
+            except Exception:
+                log.exception("write outcome hook failed")
+
+    def _advance(self, pos: Position) -> None:
+        with self._cond:
+            self._advance_locked(pos)
+
+    def _invalid(self, reason: str, pos: Position, detail: str) -> None:
+        self.invalid_count += 1
+        metrics.INVALID_MESSAGES.labels(self.topic, reason).inc()
+        if self.on_invalid == "fail":
+            raise InvalidMessageError(f"{self.topic}: {detail}", position=str(pos))
+        log.warning("skipped a message on %s at %s: %s", self.topic, pos, detail)
