@@ -54,7 +54,7 @@ setup(
     extras_require={
         # What the functions worker's Python runner needs (grpc, protobuf, ...)
         "functions": [PULSAR_CLIENT.replace("pulsar-client", "pulsar-client[functions]")],
-        "spark": ["pyspark>=4.0", "pyarrow>=15"],
+        "spark": ["pyspark>=4.1,<5", "pyarrow>=15"],
         "test": [
             "pytest>=8",
             "pytest-timeout>=2.3",
@@ -70,6 +70,8 @@ setup(
             "types-requests",
             "types-PyYAML",
             "types-tqdm",
+            "pyspark>=4.1,<5",
+            "pyarrow>=15",
         ],
     },
     entry_points={"console_scripts": ["pulsar-state=pulsar_state.cli:main"]},

@@ -111,6 +111,12 @@ class LogReplay(Generic[S, Op]):
         self._buf_publish_ms = 0
         self._labels = (topic,)
 
+    def add_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
+        self._listeners.remove(listener)
+
     def feed(self, msg: pulsar.Message) -> None:
         """Take the next message of the topic."""
         self._handle(msg)
@@ -155,6 +161,7 @@ class LogReplay(Generic[S, Op]):
                 self._buf_entry, self._buf_write = entry, write_id
                 self._buf_epoch = message_epoch(props)
             self._buf_last = pos
+            self._buf_publish_ms = msg.publish_timestamp()
             self._buf_keys.append(msg.partition_key())
             try:
                 self._buf_ops.append(self._codec.decode(msg.partition_key(), msg.data()))
@@ -172,6 +179,7 @@ class LogReplay(Generic[S, Op]):
                 self._flush_buffer()
             if self._buf_entry is None:  # all its ops were compacted away
                 self._buf_epoch = commit.epoch
+            self._buf_publish_ms = msg.publish_timestamp()
             self._apply_buffer(pos, commit.write_id, compacted=False, members=commit.members)
         elif kind == Kind.EPOCH:
             self._flush_buffer()
@@ -198,6 +206,7 @@ class LogReplay(Generic[S, Op]):
         members: tuple[str, ...] = (),
     ) -> None:
         ops, bad, epoch, keys = self._buf_ops, self._buf_bad, self._buf_epoch, self._buf_keys
+        publish_ms = self._buf_publish_ms
         self._buf_ops, self._buf_entry, self._buf_write = [], None, None
         self._buf_last, self._buf_bad, self._buf_epoch, self._buf_keys = None, None, 0, []
         applied_ops: list[Op] = []
@@ -258,7 +267,7 @@ class LogReplay(Generic[S, Op]):
             self._advance_locked(pos)
         self._report(members, pos, applied=True)
         if applied_ops and self._listeners:
-            change = AppliedWrite(applied_ops, pos, write_id, compacted)
+            change = AppliedWrite(applied_ops, pos, write_id, compacted, publish_ms)
             for listener in list(self._listeners):
                 try:
                     listener(change)

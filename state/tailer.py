@@ -121,12 +121,6 @@ class Tailer(LogReplay[S, Op]):
         with contextlib.suppress(pulsar.PulsarException):
             self._consumer.close()
 
-    def add_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
-        self._listeners.append(listener)
-
-    def remove_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
-        self._listeners.remove(listener)
-
     # -- positions ------------------------------------------------------------
 
     def last_position(self) -> Position:

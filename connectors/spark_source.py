@@ -1,0 +1,477 @@
+"""``pulsar_state``: a PySpark (4.x) Python Data Source over the shared state.
+
+    spark.dataSource.register(PulsarStateDataSource)
+    df = (spark.read.format("pulsar_state")
+          .option("serviceUrl", "pulsar://127.0.0.1:6650")
+          .option("adminUrl", "http://127.0.0.1:8080")
+          .option("topic", "persistent://public/default/config")
+          .load())                                   # key, value: the map, now
+
+Modes (option ``mode``):
+
+* ``snapshot`` (default): the latest value per key as of the topic's last
+  position, frozen when the query is planned. Reads the compacted view plus
+  the raw tail; tombstones, duplicates and stale (fenced) writes are dropped by
+  the state core's own replay (:class:`~pulsar_state.replay.LogReplay`), so
+  the result equals what a ``PulsarMap`` sees at that position.
+* ``changelog``: every applied change (``change_type`` ``put``/``delete``) with
+  its ``position`` and ``publish_time``, from the raw log.
+* streaming (``spark.readStream.format("pulsar_state")``): micro-batches of
+  changes; offsets are JSON ``{"position": "l:e:b", "epoch": n}`` so a batch
+  replays deterministically.
+
+Other options: ``valueFormat`` (``json``: the value as JSON text, validated;
+``string``; ``binary``), ``includeMetadata`` (adds ``position`` and
+``publish_time`` to snapshots), ``authToken`` (JWT), ``numPartitions`` (split
+keys by hash across tasks; each task reads the topic), ``timeoutMs``.
+Filters ``key = x`` and ``key IN (...)`` are pushed down when Spark offers them
+(``spark.sql.python.filterPushdown.enabled=true``, Spark >= 4.1).
+
+Lifecycle (as PySpark's ``datasource.py`` describes it): the data source and
+readers are created on the driver and pickled to executors; they hold only
+options. Pulsar clients are opened inside ``partitions()`` (driver) and
+``read()`` (executors) and closed there. The driver checks the options, that
+the broker answers and that the topic exists before any task runs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pulsar
+import pyarrow as pa
+import requests
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    In,
+    InputPartition,
+    SimpleDataSourceStreamReader,
+)
+from pyspark.sql.types import StructType
+
+from pulsar_state.admin import topic_path
+from pulsar_state.position import START, Position
+from pulsar_state.pulsar_map import MapOp, _MapCodec
+from pulsar_state.replay import AppliedWrite, LogReplay
+from pulsar_state.serde import BytesSerde, JsonSerde, Serde, StrKeySerde, StrSerde
+
+__all__ = ["PulsarStateDataSource"]
+
+_MODES = ("snapshot", "changelog")
+_FORMATS: dict[str, Serde[Any]] = {
+    "json": JsonSerde(),
+    "string": StrSerde(),
+    "binary": BytesSerde(),
+}
+_BATCH_ROWS = 50_000
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Validated options (picklable)."""
+
+    service_url: str
+    admin_url: str
+    topic: str
+    mode: str
+    value_format: str
+    include_metadata: bool
+    auth_token: str | None
+    num_partitions: int
+    timeout_ms: int
+
+    @classmethod
+    def parse(cls, options: dict[str, str]) -> SourceOptions:
+        opts = {k.lower(): v for k, v in options.items()}
+
+        def need(name: str) -> str:
+            value = opts.get(name.lower())
+            if not value:
+                raise ValueError(f"pulsar_state: option '{name}' is required")
+            return value
+
+        mode = opts.get("mode", "snapshot").lower()
+        if mode not in _MODES:
+            raise ValueError(f"pulsar_state: mode must be one of {_MODES}, got {mode!r}")
+        value_format = opts.get("valueformat", "json").lower()
+        if value_format not in _FORMATS:
+            raise ValueError(
+                f"pulsar_state: valueFormat must be one of {tuple(_FORMATS)}, got {value_format!r}"
+            )
+        try:
+            partitions = int(opts.get("numpartitions", "1"))
+            timeout_ms = int(opts.get("timeoutms", "30000"))
+        except ValueError as exc:
+            raise ValueError(
+                f"pulsar_state: numPartitions/timeoutMs must be integers ({exc})"
+            ) from None
+        if partitions < 1 or timeout_ms < 1:
+            raise ValueError("pulsar_state: numPartitions and timeoutMs must be >= 1")
+        include = opts.get("includemetadata", "false").lower()
+        if include not in ("true", "false"):
+            raise ValueError(f"pulsar_state: includeMetadata is true or false, got {include!r}")
+        topic = need("topic")
+        if "://" not in topic:
+            topic = f"persistent://public/default/{topic}"
+        topic_path(topic)  # validates (StateTopicError is a clear message too)
+        service_url = need("serviceUrl")
+        if not service_url.startswith(("pulsar://", "pulsar+ssl://")):
+            raise ValueError(f"pulsar_state: serviceUrl must be pulsar://..., got {service_url!r}")
+        admin_url = need("adminUrl").rstrip("/")
+        if not admin_url.startswith(("http://", "https://")):
+            raise ValueError(f"pulsar_state: adminUrl must be http(s)://..., got {admin_url!r}")
+        return cls(
+            service_url=service_url,
+            admin_url=admin_url,
+            topic=topic,
+            mode=mode,
+            value_format=value_format,
+            include_metadata=include == "true",
+            auth_token=opts.get("authtoken") or None,
+            num_partitions=partitions,
+            timeout_ms=timeout_ms,
+        )
+
+    # -- helpers used where the code runs -----------------------------------------
+
+    def client(self) -> pulsar.Client:
+        auth = pulsar.AuthenticationToken(self.auth_token) if self.auth_token else None
+        return pulsar.Client(
+            self.service_url,
+            authentication=auth,
+            operation_timeout_seconds=max(1, self.timeout_ms // 1000),
+            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+        )
+
+    def check_topic(self) -> None:
+        """On the driver: the broker answers and the topic exists, or a clear error."""
+        headers = {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else {}
+        url = f"{self.admin_url}/admin/v2/{topic_path(self.topic)}/stats"
+        try:
+            resp = requests.get(url, headers=headers, timeout=self.timeout_ms / 1000)
+        except requests.RequestException as exc:
+            raise ConnectionError(
+                f"pulsar_state: the Pulsar admin API at {self.admin_url} is unreachable ({exc})"
+            ) from None
+        if resp.status_code == 404:
+            raise ValueError(f"pulsar_state: topic {self.topic} does not exist")
+        if resp.status_code in (401, 403):
+            raise PermissionError(f"pulsar_state: not allowed to read {self.topic}")
+        if resp.status_code != 200:
+            detail = f"{resp.status_code}: {resp.text[:200]}"
+            raise ConnectionError(f"pulsar_state: checking {self.topic} failed ({detail})")
+
+    def last_position(self) -> Position:
+        """The topic's last message id (a short-lived subscription asks the broker)."""
+        client = self.client()
+        try:
+            consumer = client.subscribe(
+                self.topic,
+                f"pss-spark-{uuid.uuid4().hex[:12]}",
+                receiver_queue_size=0,
+                properties={"pulsar-state-role": "spark-planner"},
+            )
+            try:
+                return Position.from_message_id(consumer.get_last_message_id())
+            finally:
+                consumer.unsubscribe()
+        except pulsar.PulsarException as exc:
+            raise ConnectionError(f"pulsar_state: cannot reach {self.service_url}: {exc}") from None
+        finally:
+            client.close()
+
+    def codec(self) -> _MapCodec[str, Any]:
+        return _MapCodec(StrKeySerde(), _FORMATS[self.value_format])
+
+    def value_type(self) -> str:
+        return "binary" if self.value_format == "binary" else "string"
+
+    def value_of(self, payload: bytes) -> Any:
+        return payload if self.value_format == "binary" else payload.decode()
+
+
+def _schema(opts: SourceOptions) -> str:
+    value = opts.value_type()
+    if opts.mode == "changelog":
+        return (
+            f"key string, value {value}, change_type string, position string, "
+            "publish_time timestamp"
+        )
+    extra = ", position string, publish_time timestamp" if opts.include_metadata else ""
+    return f"key string, value {value}{extra}"
+
+
+def _replay_changes(
+    opts: SourceOptions,
+    *,
+    compacted: bool,
+    start: Position | None,
+    start_epoch: int,
+    end: Position,
+    on_write: Any,
+) -> LogReplay[dict[str, Any], MapOp[str, Any]]:
+    """Feed the topic from ``start`` (exclusive) through ``end`` into a LogReplay."""
+    replay: LogReplay[dict[str, Any], MapOp[str, Any]] = LogReplay(
+        topic=opts.topic,
+        codec=opts.codec(),
+        applier=lambda state, op: None,
+        state={},
+        start=start,
+        start_epoch=start_epoch,
+    )
+    replay.add_listener(on_write)
+    if end.is_start or (start is not None and start.covers(end)):
+        return replay
+    client = opts.client()
+    try:
+        first = (
+            pulsar.MessageId(-1, start.ledger, start.entry, start.batch)
+            if start is not None and not start.is_start
+            else pulsar.MessageId.earliest
+        )
+        reader = client.create_reader(opts.topic, first, is_read_compacted=compacted)
+        try:
+            while True:
+                msg = reader.read_next(timeout_millis=opts.timeout_ms)
+                replay.feed(msg)
+                if Position.from_message_id(msg.message_id()).covers(end):
+                    break
+            replay.flush()
+        finally:
+            reader.close()
+    except pulsar.Timeout:
+        raise TimeoutError(
+            f"pulsar_state: no message within {opts.timeout_ms} ms before reaching {end}"
+        ) from None
+    finally:
+        client.close()
+    return replay
+
+
+def _to_arrow(
+    opts: SourceOptions, schema: StructType, columns: dict[str, list[Any]]
+) -> pa.RecordBatch:
+    fields = []
+    arrays = []
+    for field in schema.fields:
+        name = field.name
+        if name == "publish_time":
+            arr = pa.array(columns[name], type=pa.timestamp("us", tz="UTC"))
+        elif name == "value" and opts.value_format == "binary":
+            arr = pa.array(columns[name], type=pa.binary())
+        else:
+            arr = pa.array(columns[name], type=pa.string())
+        fields.append(pa.field(name, arr.type, nullable=True))
+        arrays.append(arr)
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+class _Partition(InputPartition):
+    def __init__(self, index: int, count: int, end: str, keys: tuple[str, ...] | None) -> None:
+        super().__init__(index)
+        self.index = index
+        self.count = count
+        self.end = end
+        self.keys = keys
+
+
+def _bucket(key: str, count: int) -> int:
+    return zlib.crc32(key.encode()) % count
+
+
+class PulsarStateBatchReader(DataSourceReader):
+    """Snapshot or changelog of one state topic. Holds only options (picklable)."""
+
+    def __init__(self, opts: SourceOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.schema = schema
+        self.keys: tuple[str, ...] | None = None
+        opts.check_topic()  # on the driver, before any task
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 (Spark's name)
+        for f in filters:
+            if isinstance(f, EqualTo) and f.attribute == ("key",):
+                self.keys = (
+                    (str(f.value),)
+                    if self.keys is None
+                    else tuple(k for k in self.keys if k == str(f.value))
+                )
+            elif isinstance(f, In) and f.attribute == ("key",):
+                wanted = tuple(str(v) for v in f.value)
+                self.keys = (
+                    wanted if self.keys is None else tuple(k for k in self.keys if k in wanted)
+                )
+            else:
+                yield f
+
+    def partitions(self) -> list[InputPartition]:
+        end = self.opts.last_position()  # frozen at planning time
+        n = self.opts.num_partitions
+        return [_Partition(i, n, str(end), self.keys) for i in range(n)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _Partition)
+        opts = self.opts
+        keys = set(partition.keys) if partition.keys is not None else None
+
+        def wanted(key: str) -> bool:
+            if keys is not None and key not in keys:
+                return False
+            return partition.count == 1 or _bucket(key, partition.count) == partition.index
+
+        names = [f.name for f in self.schema.fields]
+        if opts.mode == "changelog":
+            columns: dict[str, list[Any]] = {name: [] for name in names}
+
+            def on_change(change: AppliedWrite[MapOp[str, Any]]) -> None:
+                for op in change.ops:
+                    if not wanted(op.key):
+                        continue
+                    columns["key"].append(op.key)
+                    columns["value"].append(None if op.is_delete else opts.value_of(op.payload))
+                    columns["change_type"].append("delete" if op.is_delete else "put")
+                    columns["position"].append(str(change.position))
+                    columns["publish_time"].append(change.publish_ms * 1000)
+
+            _replay_changes(
+                opts,
+                compacted=False,
+                start=None,
+                start_epoch=0,
+                end=Position.parse(partition.end),
+                on_write=on_change,
+            )
+            yield from _chunks(opts, self.schema, columns)
+            return
+
+        latest: dict[str, tuple[bytes, Position, int] | None] = {}
+
+        def on_write(change: AppliedWrite[MapOp[str, Any]]) -> None:
+            for op in change.ops:
+                if wanted(op.key):
+                    latest[op.key] = (
+                        None if op.is_delete else (op.payload, change.position, change.publish_ms)
+                    )
+
+        _replay_changes(
+            opts,
+            compacted=True,
+            start=None,
+            start_epoch=0,
+            end=Position.parse(partition.end),
+            on_write=on_write,
+        )
+        columns = {name: [] for name in names}
+        for key, entry in latest.items():
+            if entry is None:
+                continue  # deleted
+            payload, position, publish_ms = entry
+            columns["key"].append(key)
+            columns["value"].append(opts.value_of(payload))
+            if opts.include_metadata:
+                columns["position"].append(str(position))
+                columns["publish_time"].append(publish_ms * 1000)
+        yield from _chunks(opts, self.schema, columns)
+
+
+def _chunks(
+    opts: SourceOptions, schema: StructType, columns: dict[str, list[Any]]
+) -> Iterator[pa.RecordBatch]:
+    total = len(columns["key"])
+    for start in range(0, total, _BATCH_ROWS):
+        part = {name: values[start : start + _BATCH_ROWS] for name, values in columns.items()}
+        yield _to_arrow(opts, schema, part)
+
+
+class PulsarStateStreamReader(SimpleDataSourceStreamReader):
+    """Micro-batches of changes. Runs on the driver (a state topic is small)."""
+
+    def __init__(self, opts: SourceOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.schema = schema
+        opts.check_topic()
+
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802 (Spark's name)
+        return {"position": str(START), "epoch": 0}
+
+    def read(self, start: dict[str, Any]) -> tuple[Iterator[tuple[Any, ...]], dict[str, Any]]:
+        end = self.opts.last_position()
+        rows, epoch = self._changes(start, end)
+        return iter(rows), {
+            "position": str(max(end, Position.parse(start["position"]))),
+            "epoch": epoch,
+        }
+
+    def readBetweenOffsets(  # noqa: N802 (Spark's name)
+        self, start: dict[str, Any], end: dict[str, Any]
+    ) -> Iterator[tuple[Any, ...]]:
+        rows, _ = self._changes(start, Position.parse(end["position"]))
+        return iter(rows)
+
+    def _changes(self, start: dict[str, Any], end: Position) -> tuple[list[tuple[Any, ...]], int]:
+        opts = self.opts
+        rows: list[tuple[Any, ...]] = []
+
+        def on_change(change: AppliedWrite[MapOp[str, Any]]) -> None:
+            for op in change.ops:
+                rows.append(
+                    (
+                        op.key,
+                        None if op.is_delete else opts.value_of(op.payload),
+                        "delete" if op.is_delete else "put",
+                        str(change.position),
+                        _utc(change.publish_ms),
+                    )
+                )
+
+        begin = Position.parse(start["position"])
+        replay = _replay_changes(
+            opts,
+            compacted=False,
+            start=None if begin.is_start else begin,
+            start_epoch=int(start.get("epoch", 0)),
+            end=end,
+            on_write=on_change,
+        )
+        return rows, replay.epoch
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to release: readers are opened and closed per batch."""
+
+
+def _utc(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+
+
+class PulsarStateDataSource(DataSource):
+    """Register with ``spark.dataSource.register(PulsarStateDataSource)``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pulsar_state"
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.opts = SourceOptions.parse(dict(options))
+
+    def schema(self) -> str:
+        return _schema(self.opts)
+
+    def reader(self, schema: StructType) -> PulsarStateBatchReader:
+        return PulsarStateBatchReader(self.opts, schema)
+
+    def simpleStreamReader(self, schema: StructType) -> PulsarStateStreamReader:  # noqa: N802
+        if self.opts.mode != "changelog":
+            raise ValueError(
+                "pulsar_state: a stream reads changes: set option mode=changelog "
+                "(the stream's schema is the changelog's)"
+            )
+        return PulsarStateStreamReader(self.opts, schema)
