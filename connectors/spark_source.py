@@ -15,7 +15,9 @@ Modes (option ``mode``):
   the state core's own replay (:class:`~pulsar_state.replay.LogReplay`), so
   the result equals what a ``PulsarMap`` sees at that position.
 * ``changelog``: every applied change (``change_type`` ``put``/``delete``) with
-  its ``position`` and ``publish_time``, from the raw log.
+  its ``position`` (a token the core's ``read(at_least=...)`` takes), its
+  parts ``ledger_id``, ``entry_id``, ``batch_index`` (order by them) and
+  ``publish_time``, from the raw log.
 * streaming (``spark.readStream.format("pulsar_state")``): micro-batches of
   changes; offsets are JSON ``{"position": "l:e:b", "epoch": n}`` so a batch
   replays deterministically.
@@ -203,7 +205,7 @@ def _schema(opts: SourceOptions) -> str:
     if opts.mode == "changelog":
         return (
             f"key string, value {value}, change_type string, position string, "
-            "publish_time timestamp"
+            "publish_time timestamp, ledger_id long, entry_id long, batch_index int"
         )
     extra = ", position string, publish_time timestamp" if opts.include_metadata else ""
     return f"key string, value {value}{extra}"
@@ -265,6 +267,10 @@ def _to_arrow(
         name = field.name
         if name == "publish_time":
             arr = pa.array(columns[name], type=pa.timestamp("us", tz="UTC"))
+        elif name in ("ledger_id", "entry_id"):
+            arr = pa.array(columns[name], type=pa.int64())
+        elif name == "batch_index":
+            arr = pa.array(columns[name], type=pa.int32())
         elif name == "value" and opts.value_format == "binary":
             arr = pa.array(columns[name], type=pa.binary())
         else:
@@ -340,6 +346,9 @@ class PulsarStateBatchReader(DataSourceReader):
                     columns["change_type"].append("delete" if op.is_delete else "put")
                     columns["position"].append(str(change.position))
                     columns["publish_time"].append(change.publish_ms * 1000)
+                    columns["ledger_id"].append(change.position.ledger)
+                    columns["entry_id"].append(change.position.entry)
+                    columns["batch_index"].append(change.position.batch)
 
             _replay_changes(
                 opts,
@@ -429,6 +438,9 @@ class PulsarStateStreamReader(SimpleDataSourceStreamReader):
                         "delete" if op.is_delete else "put",
                         str(change.position),
                         _utc(change.publish_ms),
+                        change.position.ledger,
+                        change.position.entry,
+                        change.position.batch,
                     )
                 )
 
