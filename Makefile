@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SOURCES := setup.py pyproject.toml $(shell find state functions connectors deploy -name '*.py' -o -name py.typed 2>/dev/null)
 
-.PHONY: bench-core run test test-unit test-integration lint format broker-start broker-stop clean
+.PHONY: bench-core bench-spark run test test-unit test-integration lint format broker-start broker-stop clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -53,3 +53,6 @@ clean:
 
 bench-core: $(STAMP)
 	$(PY) -m bench.core
+
+bench-spark: $(STAMP)
+	$(PY) -m bench.spark

@@ -26,8 +26,9 @@ Other options: ``valueFormat`` (``json``: the value as JSON text, validated;
 ``string``; ``binary``), ``includeMetadata`` (adds ``position`` and
 ``publish_time`` to snapshots), ``authToken`` (JWT), ``numPartitions`` (split
 keys by hash across tasks; each task reads the topic), ``timeoutMs``.
-Filters ``key = x`` and ``key IN (...)`` are pushed down when Spark offers them
-(``spark.sql.python.filterPushdown.enabled=true``, Spark >= 4.1).
+With ``pushdown=true``, filters ``key = x`` and ``key IN (...)`` are pushed down
+(needs ``spark.sql.python.filterPushdown.enabled=true``, Spark >= 4.1, which
+otherwise refuses such a reader): rows of other keys are never built.
 
 Lifecycle (as PySpark's ``datasource.py`` describes it): the data source and
 readers are created on the driver and pickled to executors; they hold only
@@ -89,6 +90,7 @@ class SourceOptions:
     auth_token: str | None
     num_partitions: int
     timeout_ms: int
+    pushdown: bool = False
 
     @classmethod
     def parse(cls, options: dict[str, str]) -> SourceOptions:
@@ -118,8 +120,10 @@ class SourceOptions:
         if partitions < 1 or timeout_ms < 1:
             raise ValueError("pulsar_state: numPartitions and timeoutMs must be >= 1")
         include = opts.get("includemetadata", "false").lower()
-        if include not in ("true", "false"):
-            raise ValueError(f"pulsar_state: includeMetadata is true or false, got {include!r}")
+        pushdown = opts.get("pushdown", "false").lower()
+        for flag, value in (("includeMetadata", include), ("pushdown", pushdown)):
+            if value not in ("true", "false"):
+                raise ValueError(f"pulsar_state: {flag} is true or false, got {value!r}")
         topic = need("topic")
         if "://" not in topic:
             topic = f"persistent://public/default/{topic}"
@@ -140,6 +144,7 @@ class SourceOptions:
             auth_token=opts.get("authtoken") or None,
             num_partitions=partitions,
             timeout_ms=timeout_ms,
+            pushdown=pushdown == "true",
         )
 
     # -- helpers used where the code runs -----------------------------------------
@@ -302,22 +307,6 @@ class PulsarStateBatchReader(DataSourceReader):
         self.keys: tuple[str, ...] | None = None
         opts.check_topic()  # on the driver, before any task
 
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 (Spark's name)
-        for f in filters:
-            if isinstance(f, EqualTo) and f.attribute == ("key",):
-                self.keys = (
-                    (str(f.value),)
-                    if self.keys is None
-                    else tuple(k for k in self.keys if k == str(f.value))
-                )
-            elif isinstance(f, In) and f.attribute == ("key",):
-                wanted = tuple(str(v) for v in f.value)
-                self.keys = (
-                    wanted if self.keys is None else tuple(k for k in self.keys if k in wanted)
-                )
-            else:
-                yield f
-
     def partitions(self) -> list[InputPartition]:
         end = self.opts.last_position()  # frozen at planning time
         n = self.opts.num_partitions
@@ -389,6 +378,30 @@ class PulsarStateBatchReader(DataSourceReader):
                 columns["position"].append(str(position))
                 columns["publish_time"].append(publish_ms * 1000)
         yield from _chunks(opts, self.schema, columns)
+
+
+class PulsarStatePushdownReader(PulsarStateBatchReader):
+    """The batch reader with key filters pushed down (option ``pushdown=true``).
+
+    Spark refuses a reader that implements ``pushFilters`` unless
+    ``spark.sql.python.filterPushdown.enabled=true``, hence a reader of its own.
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 (Spark's name)
+        for f in filters:
+            if isinstance(f, EqualTo) and f.attribute == ("key",):
+                self.keys = (
+                    (str(f.value),)
+                    if self.keys is None
+                    else tuple(k for k in self.keys if k == str(f.value))
+                )
+            elif isinstance(f, In) and f.attribute == ("key",):
+                wanted = tuple(str(v) for v in f.value)
+                self.keys = (
+                    wanted if self.keys is None else tuple(k for k in self.keys if k in wanted)
+                )
+            else:
+                yield f
 
 
 def _chunks(
@@ -478,6 +491,8 @@ class PulsarStateDataSource(DataSource):
         return _schema(self.opts)
 
     def reader(self, schema: StructType) -> PulsarStateBatchReader:
+        if self.opts.pushdown:
+            return PulsarStatePushdownReader(self.opts, schema)
         return PulsarStateBatchReader(self.opts, schema)
 
     def simpleStreamReader(self, schema: StructType) -> PulsarStateStreamReader:  # noqa: N802

@@ -26,7 +26,7 @@ def spark() -> Iterator[SparkSession]:
     session = (
         SparkSession.builder.master("local[2]")
         .appName("pulsar-state-tests")
-        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .config("spark.sql.python.filterPushdown.enabled", "true")  # for pushdown=true
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()
@@ -109,8 +109,12 @@ def test_key_filters(
     spark: SparkSession, pulsar_endpoint: PulsarEndpoint, filled_map: tuple[str, dict[str, Any]]
 ) -> None:
     topic, expected = filled_map
+    for options in ({}, {"pushdown": "true"}):
+        df = _read(spark, pulsar_endpoint, topic, **options)
+        assert _as_dict(df.where("key = 'k3'")) == {"k3": expected["k3"]}
+        picked = _as_dict(df.where("key IN ('k1', 'k2', 'k7', 'nope')"))
+        assert picked == {"k1": expected["k1"], "k2": expected["k2"]}
     df = _read(spark, pulsar_endpoint, topic)
-    assert _as_dict(df.where("key = 'k3'")) == {"k3": expected["k3"]}
     picked = _as_dict(df.where("key IN ('k1', 'k2', 'k7', 'nope')"))
     assert picked == {"k1": expected["k1"], "k2": expected["k2"]}
 

@@ -1,0 +1,104 @@
+"""``make bench-spark``: rows/s reading a snapshot of N keys with the pulsar_state source.
+
+Reference in the same run and Spark session (local[2]): ``spark.range(N)`` with
+the same two string columns. Both are materialized with the ``noop`` sink, so
+the figure is the source's cost. Results: ``bench/results/spark.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import uuid
+
+import pulsar
+from pyspark.sql import SparkSession
+
+from bench.common import Comparison, broker, write_report
+from pulsar_state import PulsarMap, StateConfig
+from pulsar_state.connectors.spark_source import PulsarStateDataSource
+
+
+def fill(service_url: str, admin_url: str, topic: str, keys: int) -> None:
+    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    config = StateConfig(compaction_threshold_bytes=None)
+    try:
+        with PulsarMap[str, str](client, topic, admin_url=admin_url, config=config) as m:
+            step = 5000
+            futures = []
+            for start in range(0, keys, step):
+                chunk = {
+                    f"key-{i:08d}": f"value-{i}" for i in range(start, min(keys, start + step))
+                }
+                futures.append(m.put_all(chunk))
+            for f in futures:
+                f.result(timeout=600)
+    finally:
+        client.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    comparison = Comparison(
+        f"snapshot of {args.keys:,} keys",
+        "rows/s",
+        ">= 500k rows/s (absolute)",
+        True,
+        reference_name="spark.range",
+    )
+    with broker() as (service_url, admin_url):
+        topic = f"persistent://public/default/bench-spark-{uuid.uuid4().hex[:8]}"
+        started = time.perf_counter()
+        fill(service_url, admin_url, topic, args.keys)
+        print(f"filled {args.keys:,} keys in {time.perf_counter() - started:.1f}s", flush=True)
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .config("spark.ui.enabled", "false")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        spark.dataSource.register(PulsarStateDataSource)
+        try:
+            for round_ in range(args.rounds):
+                ours = (
+                    spark.read.format("pulsar_state")
+                    .option("serviceUrl", service_url)
+                    .option("adminUrl", admin_url)
+                    .option("topic", topic)
+                    .option("valueFormat", "string")
+                    .load()
+                )
+                t0 = time.perf_counter()
+                ours.write.format("noop").mode("overwrite").save()
+                comparison.ours.append(args.keys / (time.perf_counter() - t0))
+                ref = spark.range(args.keys).selectExpr(
+                    "cast(id as string) as key", "cast(id as string) as value"
+                )
+                t0 = time.perf_counter()
+                ref.write.format("noop").mode("overwrite").save()
+                comparison.reference.append(args.keys / (time.perf_counter() - t0))
+                print(f"round {round_ + 1}: {comparison.ours[-1]:,.0f} rows/s", flush=True)
+        finally:
+            spark.stop()
+    path = write_report(
+        "spark",
+        "Spark source: snapshot read throughput",
+        [comparison],
+        f"""
+`spark.read.format("pulsar_state")` (snapshot mode, `valueFormat=string`) over a
+map of {args.keys:,} keys written by `PulsarMap.put_all` in writes of 5,000 keys,
+materialized with the `noop` sink in a `local[2]` session; reference:
+`spark.range` with the same two string columns in the same session.
+""",
+    )
+    print(path.read_text())
+
+
+if __name__ == "__main__":
+    main()
