@@ -335,8 +335,13 @@ class Writer(Generic[S, Op]):
 
     def _build(self, request: WriteRequest[S, Op]) -> list[tuple[str | None, bytes]] | None:
         """Run the generator on caught-up state; the write's (key, payload)s, or None."""
-        if not request.blind and self._last_sent is not None:
-            self._tailer.wait_applied(self._last_sent, self._config.operation_timeout_s)
+        if not request.blind:
+            # Catch up with the topic itself, not only with our own last write:
+            # another writer may have taken the topic over silently, and a
+            # generator that decides not to write (a failed compare-and-set,
+            # put_if_absent on a present key) must still see every write
+            # acknowledged before it ran.
+            self._tailer.catch_up(self._config.operation_timeout_s)
         with self._tailer.lock:
             ops = request.generator(self._tailer.state)
         if ops is None:

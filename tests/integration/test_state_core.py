@@ -134,6 +134,24 @@ def test_fenced_writer_reruns_its_generator_on_new_state(
         b.close()
 
 
+def test_a_silently_fenced_writer_decides_on_the_latest_state(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    """A compare-and-set that does not write must still see every acknowledged write."""
+    topic = unique_topic("silent")
+    a = PulsarMap[str, str](make_client(), topic, admin_url=admin_url)
+    b = PulsarMap[str, str](make_client(), topic, admin_url=admin_url)
+    try:
+        for i in range(15):
+            a.put("k", f"a{i}").result(timeout=30)
+            b.put("k", f"b{i}").result(timeout=30)  # b takes over; a has not written since
+            assert a.put_if_absent("k", "x").result(timeout=30) == f"b{i}"
+            assert a.replace("k", f"b{i}", f"c{i}").result(timeout=30) is True
+    finally:
+        a.close()
+        b.close()
+
+
 # -- 2. no double apply -------------------------------------------------------
 
 
