@@ -1,0 +1,176 @@
+"""A stateful-function kit: PIP-15's state API on the shared state, effectively once.
+
+On a standalone broker Pulsar's own Python function state is a no-op (no table
+service). Subclass :class:`StatefulFunction` and implement :meth:`handle`; the
+``state`` it gets has the PIP-15 calls (``incr_counter``, ``get_counter``,
+``put_state``, ``get_state``, ``del_state``)::
+
+    from pulsar_state.functions.stateful import StatefulFunction
+
+    class WordCount(StatefulFunction):
+        def handle(self, input, state, context):
+            for word in input.split():
+                state.incr_counter(word, 1)
+
+Effectively once per input message: the message's state changes and a marker
+"processed up to this message id on this topic" are one atomic write; a
+redelivered message (a crash after the write, before the ack) finds the marker
+and changes nothing. Message ids must grow per input topic-partition, so deploy
+with ``retainOrdering: true`` (``--retain-ordering``: a failover subscription,
+one active instance per input partition, in order; Pulsar's own
+``EFFECTIVELY_ONCE`` is not available to Python functions); the kit refuses to
+start otherwise.
+
+The state lives in a ``PulsarMap`` on ``stateTopic`` (user config; default
+``persistent://<tenant>/<namespace>/<name>-pss-state``), opened with the
+instance's own Pulsar client; ``adminUrl`` (user config) protects the topic.
+Keys: ``counter/<k>``, ``state/<k>``, ``processed/<topic>``; Spark, TableView and
+``pulsar-state map`` read it as any map.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from pulsar import Function
+
+from pulsar_state.config import StateConfig
+from pulsar_state.errors import ConfigurationError
+from pulsar_state.position import Position
+from pulsar_state.pulsar_map import MapOp, PulsarMap
+
+__all__ = ["FunctionState", "StatefulFunction"]
+
+_FAILOVER = 1  # proto.SubscriptionType.FAILOVER
+
+
+def _encode(value: bytes | str) -> dict[str, str]:
+    if isinstance(value, str):
+        return {"s": value}
+    if isinstance(value, bytes | bytearray):
+        return {"b": base64.b64encode(value).decode()}
+    raise TypeError(f"state values are bytes or str, got {type(value).__name__}")
+
+
+def _decode(stored: Any) -> bytes | None:
+    if stored is None:
+        return None
+    if "s" in stored:
+        return str(stored["s"]).encode()
+    return base64.b64decode(stored["b"])
+
+
+class FunctionState:
+    """PIP-15's state calls for one input message; they take effect together or not at all."""
+
+    def __init__(self, lookup: Callable[[str], Any]) -> None:
+        self._lookup = lookup
+        self._counters: dict[str, int] = {}
+        self._values: dict[str, dict[str, str] | None] = {}
+
+    def incr_counter(self, key: str, amount: int = 1) -> None:
+        if not isinstance(amount, int):
+            raise TypeError(f"counter increments are int, got {type(amount).__name__}")
+        self._counters[key] = self._counters.get(key, 0) + amount
+
+    def get_counter(self, key: str) -> int:
+        return int(self._lookup(f"counter/{key}") or 0) + self._counters.get(key, 0)
+
+    def put_state(self, key: str, value: bytes | str) -> None:
+        self._values[key] = _encode(value)
+
+    def get_state(self, key: str) -> bytes | None:
+        if key in self._values:
+            return _decode(self._values[key])
+        return _decode(self._lookup(f"state/{key}"))
+
+    def del_state(self, key: str) -> None:
+        self._values[key] = None
+
+    def ops(self, latest: dict[str, Any]) -> list[MapOp[str, Any]]:
+        """This message's changes as map ops against the latest state."""
+        ops: list[MapOp[str, Any]] = []
+        for key, delta in self._counters.items():
+            total = int(latest.get(f"counter/{key}", 0)) + delta
+            ops.append(MapOp(f"counter/{key}", total))
+        for key, stored in self._values.items():
+            ops.append(MapOp(f"state/{key}", MapOp.DELETE if stored is None else stored))
+        return ops
+
+
+class StatefulFunction(Function):  # type: ignore[misc]
+    """Base class: implement ``handle(input, state, context)``; its return is the output."""
+
+    def __init__(self) -> None:
+        self._map: PulsarMap[str, Any] | None = None
+        self._lock = threading.Lock()
+        self.duplicates = 0
+
+    def handle(self, input: Any, state: FunctionState, context: Any) -> Any:
+        raise NotImplementedError
+
+    def _state_map(self, context: Any) -> PulsarMap[str, Any]:
+        with self._lock:
+            if self._map is None:
+                details = context.instance_config.function_details
+                in_order = bool(details.retainOrdering) or (
+                    int(details.source.subscriptionType) == _FAILOVER
+                )
+                if not in_order:
+                    raise ConfigurationError(
+                        "a StatefulFunction needs in-order delivery: deploy it with "
+                        "retainOrdering: true (--retain-ordering; a failover subscription)"
+                    )
+                topic = context.get_user_config_value("stateTopic") or (
+                    f"persistent://{context.get_function_tenant()}/"
+                    f"{context.get_function_namespace()}/{context.get_function_name()}-pss-state"
+                )
+                admin_url = context.get_user_config_value("adminUrl")
+                config = StateConfig(ensure_retention=admin_url is not None)
+                self._map = PulsarMap(
+                    context.get_pulsar_client(), topic, admin_url=admin_url, config=config
+                )
+            return self._map
+
+    def process(self, input: Any, context: Any) -> Any:
+        state_map = self._state_map(context)
+        marker = f"processed/{context.get_current_message_topic_name()}"
+        position = Position.from_message_id(context.get_message_id())
+        done = state_map.get(marker, latest=True).result(timeout=60)  # catches up once
+        if done is not None and not position > Position.parse(done):
+            self.duplicates += 1
+            context.get_logger().info("skipping redelivered message %s", position)
+            return None
+        state = FunctionState(lambda key: state_map.get(key).result(timeout=60))
+        output = self.handle(input, state, context)
+
+        def commit(latest: dict[str, Any]) -> list[MapOp[str, Any]]:
+            already = latest.get(marker)
+            if already is not None and not position > Position.parse(already):
+                return []  # another attempt of this message got here first
+            return [*state.ops(latest), MapOp(marker, str(position))]
+
+        state_map.manager.write(_serialize_ops(state_map, commit)).result(timeout=120)
+        return output
+
+    def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+
+
+def _serialize_ops(state_map: PulsarMap[str, Any], generator: Any) -> Any:
+    """Turn plain ``MapOp(key, value)`` into serialized map ops (validated)."""
+
+    def gen(latest: dict[str, Any]) -> list[MapOp[str, Any]]:
+        out = []
+        for op in generator(latest):
+            if op.is_delete:
+                out.append(state_map._delete_op(op.key))
+            else:
+                out.append(state_map._op(op.key, op.value))
+        return out
+
+    return gen
