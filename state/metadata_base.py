@@ -86,7 +86,8 @@ class BaseMetadataStore(ABC):
 
     def unregister_listener(self, listener: Listener) -> None:
         with self._listener_lock:
-            self._listeners.remove(listener)
+            if listener in self._listeners:
+                self._listeners.remove(listener)
 
     def _notify(self, notes: list[Notification]) -> None:
         for note in notes:

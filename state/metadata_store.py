@@ -33,7 +33,7 @@ from concurrent.futures import Future
 import pulsar
 
 from pulsar_state.config import StateConfig
-from pulsar_state.errors import ConfigurationError, PulsarStateError
+from pulsar_state.errors import ConfigurationError, PulsarStateError, StateClosedError
 from pulsar_state.manager import SharedStateManager
 from pulsar_state.metadata_base import BaseMetadataStore
 from pulsar_state.metadata_state import (
@@ -225,6 +225,8 @@ class MetadataStore(BaseMetadataStore):
                     if now - since >= self.session_timeout_s:
                         self._expire(owner)
                         self._dead_since.pop(owner, None)
+            except StateClosedError:
+                return
             except Exception:
                 if not self._stop.is_set():
                     log.warning("session check on %s failed", self.manager.topic, exc_info=True)
