@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 from collections import Counter
+from importlib import resources
 from pathlib import Path
 
 import pulsar
@@ -13,8 +14,6 @@ from harness import PulsarEndpoint, unique_name, wait_until
 
 from pulsar_state import PulsarMap, StateConfig
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
-
-HERE = Path(__file__).parent
 
 
 def _instance_pids(name: str) -> list[int]:
@@ -42,8 +41,8 @@ def test_word_count_is_exact_across_an_instance_kill(
     state_topic = f"persistent://public/default/{name}-state"
     admin.create_function(
         fqn=fqn,
-        py=HERE / "wordcount_function.py",
-        classname="wordcount_function.WordCount",
+        py=Path(str(resources.files("pulsar_state.functions") / "wordcount_entry.py")),
+        classname="wordcount_entry.WordCount",
         inputs=[source],
         output=f"persistent://public/default/{name}-out",
         extra=[

@@ -1,4 +1,4 @@
-"""A word-count Pulsar Function on the stateful kit (deployed by the tests with --py)."""
+"""An example stateful function (``--py`` entry point): counts words, effectively once."""
 
 from __future__ import annotations
 
@@ -6,10 +6,13 @@ from typing import Any
 
 from pulsar_state.functions.stateful import FunctionState, StatefulFunction
 
+__all__ = ["WordCount"]
+
 
 class WordCount(StatefulFunction):
     def handle(self, input: str, state: FunctionState, context: Any) -> str:
-        for word in input.split():
+        words = input.split()
+        for word in words:
             state.incr_counter(word, 1)
         state.put_state("last", input)
-        return f"{input}: {state.get_counter(input.split(maxsplit=1)[0]) if input.split() else 0}"
+        return f"{input}: {state.get_counter(words[0]) if words else 0}"

@@ -1,0 +1,181 @@
+"""FunctionMetadataManager: a Pulsar Function keeping function records in the shared state.
+
+Pulsar's own function worker keeps ``FunctionMetaData`` records keyed by fully
+qualified name on a compacted metadata topic, written only by the leader. This
+function does the same for Python applications: it consumes requests, checks
+them, versions them and writes them through the state core (a ``PulsarMap`` on
+``metadataTopic``: key ``tenant/namespace/name``, value the record), and
+answers on its output topic.
+
+Requests (JSON)::
+
+    {"op": "create", "fqn": "t/ns/f", "config": {...}}
+    {"op": "update", "fqn": "t/ns/f", "config": {...}, "expectedVersion": 3}
+    {"op": "delete", "fqn": "t/ns/f", "expectedVersion": 4}
+    {"op": "get",    "fqn": "t/ns/f"}
+
+Answers: ``{"ok": true, "fqn": ..., "version": n, "record": {...}}`` or
+``{"ok": false, "fqn": ..., "error": "..."}``. A record is
+``{"fqn", "version", "config", "createTime", "updateTime"}``; versions start at
+0 and grow by one. An update or delete whose ``expectedVersion`` is not the
+current one is rejected as stale (and so is a redelivered one: versioned
+compare-and-set makes redelivery harmless). Config: ``parallelism`` (int >= 1),
+``className`` (str), ``inputs`` (non-empty list of topics), ``output``
+(optional str), ``userConfig`` (optional object); others are refused.
+
+Deploy with ``retainOrdering: true`` (one active instance, requests in order:
+the leader writes). Any instance of anything may read the records: a
+``PulsarMap``, Pulsar's ``TableView``, ``pulsar-state map``, Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+from pulsar import Function
+
+from pulsar_state.config import StateConfig
+from pulsar_state.errors import PulsarStateError
+from pulsar_state.pulsar_map import MapOp, PulsarMap
+
+__all__ = ["FunctionMetadataManager", "RequestError", "validate_config", "validate_fqn"]
+
+_ALLOWED = {"parallelism", "className", "inputs", "output", "userConfig"}
+
+
+class RequestError(ValueError):
+    """A request that cannot be carried out (bad input or a stale version)."""
+
+
+def validate_fqn(fqn: Any) -> str:
+    if not isinstance(fqn, str):
+        raise RequestError("fqn must be a string tenant/namespace/name")
+    parts = fqn.split("/")
+    if len(parts) != 3 or not all(p and p.strip() == p for p in parts):
+        raise RequestError(f"fqn must be tenant/namespace/name, got {fqn!r}")
+    return fqn
+
+
+def validate_config(config: Any) -> dict[str, Any]:
+    if not isinstance(config, dict):
+        raise RequestError("config must be an object")
+    unknown = set(config) - _ALLOWED
+    if unknown:
+        raise RequestError(f"unknown config fields: {sorted(unknown)}")
+    parallelism = config.get("parallelism", 1)
+    if not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1:
+        raise RequestError(f"parallelism must be an int >= 1, got {parallelism!r}")
+    if not isinstance(config.get("className"), str) or not config["className"]:
+        raise RequestError("className is required (a non-empty string)")
+    inputs = config.get("inputs")
+    if not isinstance(inputs, list) or not inputs or not all(isinstance(t, str) for t in inputs):
+        raise RequestError("inputs must be a non-empty list of topic names")
+    if "output" in config and not isinstance(config["output"], str):
+        raise RequestError("output must be a topic name")
+    if "userConfig" in config and not isinstance(config["userConfig"], dict):
+        raise RequestError("userConfig must be an object")
+    return {**config, "parallelism": parallelism}
+
+
+class FunctionMetadataManager(Function):  # type: ignore[misc]
+    """See the module docstring."""
+
+    def __init__(self) -> None:
+        self._map: PulsarMap[str, Any] | None = None
+        self._lock = threading.Lock()
+
+    def _records(self, context: Any) -> PulsarMap[str, Any]:
+        with self._lock:
+            if self._map is None:
+                topic = context.get_user_config_value("metadataTopic") or (
+                    f"persistent://{context.get_function_tenant()}/"
+                    f"{context.get_function_namespace()}/function-metadata"
+                )
+                admin_url = context.get_user_config_value("adminUrl")
+                self._map = PulsarMap(
+                    context.get_pulsar_client(),
+                    topic,
+                    admin_url=admin_url,
+                    config=StateConfig(ensure_retention=admin_url is not None),
+                )
+            return self._map
+
+    def process(self, input: Any, context: Any) -> str:
+        try:
+            request = json.loads(input)
+            if not isinstance(request, dict):
+                raise RequestError("a request is a JSON object")
+            fqn = validate_fqn(request.get("fqn"))
+        except (ValueError, TypeError) as exc:
+            context.get_logger().warning("refused request: %s", exc)
+            return json.dumps({"ok": False, "error": str(exc)})
+        try:
+            return json.dumps(self.handle(request, fqn, self._records(context)))
+        except RequestError as exc:
+            return json.dumps({"ok": False, "fqn": fqn, "error": str(exc)})
+
+    @staticmethod
+    def handle(request: dict[str, Any], fqn: str, records: PulsarMap[str, Any]) -> dict[str, Any]:
+        """Carry out one request against the records (also usable without a worker)."""
+        op = request.get("op")
+        if op == "get":
+            record = records.get(fqn, latest=True).result(timeout=60)
+            if record is None:
+                raise RequestError("not found")
+            return {"ok": True, "fqn": fqn, "version": record["version"], "record": record}
+        expected = request.get("expectedVersion")
+        if expected is not None and (not isinstance(expected, int) or isinstance(expected, bool)):
+            raise RequestError("expectedVersion must be an int")
+        if op in ("create", "update"):
+            config = validate_config(request.get("config"))
+        elif op != "delete":
+            raise RequestError(f"op must be create, update, delete or get, got {op!r}")
+        outcome: dict[str, Any] = {}
+
+        def gen(state: dict[str, Any]) -> list[MapOp[str, Any]]:
+            current = state.get(fqn)
+            now = int(time.time() * 1000)
+            if op == "create":
+                if current is not None:
+                    raise RequestError(f"{fqn} exists (version {current['version']})")
+                record = {
+                    "fqn": fqn,
+                    "version": 0,
+                    "config": config,
+                    "createTime": now,
+                    "updateTime": now,
+                }
+            else:
+                if current is None:
+                    raise RequestError(f"{fqn} does not exist")
+                if expected is not None and expected != current["version"]:
+                    raise RequestError(
+                        f"stale: expected version {expected}, current is {current['version']}"
+                    )
+                if op == "delete":
+                    outcome["record"] = current
+                    return [records._delete_op(fqn)]
+                record = {
+                    **current,
+                    "version": current["version"] + 1,
+                    "config": config,
+                    "updateTime": now,
+                }
+            outcome["record"] = record
+            return [records._op(fqn, record)]
+
+        try:
+            records.manager.write(gen).result(timeout=60)
+        except RequestError:
+            raise
+        except PulsarStateError as exc:
+            raise RequestError(f"could not write: {exc}") from exc
+        record = outcome["record"]
+        return {"ok": True, "fqn": fqn, "version": record["version"], "record": record}
+
+    def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
