@@ -6,9 +6,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-SOURCES := setup.py pyproject.toml $(shell find state functions connectors deploy -name '*.py' -o -name py.typed 2>/dev/null)
+SOURCES := setup.py pyproject.toml $(shell find state functions connectors deploy -name '*.py' -o -name '*.yaml' -o -name py.typed 2>/dev/null)
 
-.PHONY: bench-core bench-spark run test test-unit test-integration lint format broker-start broker-stop clean
+.PHONY: bench-core bench-spark deploy undeploy package run test test-unit test-integration lint format broker-start broker-stop clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -56,3 +56,18 @@ bench-core: $(STAMP)
 
 bench-spark: $(STAMP)
 	$(PY) -m bench.spark
+
+# deploy the packaged functions onto a cluster: make deploy ADMIN_URL=http://host:8080
+# (default: the embedded broker of `make broker-start`)
+ADMIN_URL ?= $(shell $(VENV)/bin/pulsar-state broker status --data-dir .pulsar/run 2>/dev/null | sed -n 's/^admin_url=//p')
+
+deploy: $(STAMP)
+	@test -n "$(ADMIN_URL)" || (echo "no ADMIN_URL and no embedded broker: run make broker-start or pass ADMIN_URL=..." && exit 1)
+	$(VENV)/bin/pulsar-state deploy --admin-url $(ADMIN_URL)
+
+undeploy: $(STAMP)
+	@test -n "$(ADMIN_URL)" || (echo "no ADMIN_URL and no embedded broker" && exit 1)
+	$(VENV)/bin/pulsar-state undeploy --admin-url $(ADMIN_URL)
+
+package: $(STAMP)
+	$(PY) -m pip wheel --no-deps -w dist .

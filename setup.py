@@ -40,7 +40,7 @@ setup(
     python_requires=">=3.11",
     packages=list(PACKAGE_DIRS),
     package_dir=PACKAGE_DIRS,
-    package_data={"pulsar_state": ["py.typed"]},
+    package_data={"pulsar_state": ["py.typed"], "pulsar_state.deploy": ["functions/*.yaml"]},
     include_package_data=True,
     install_requires=[
         PULSAR_CLIENT,

@@ -8,6 +8,7 @@ import click
 
 from pulsar_state.deploy.cli import broker
 from pulsar_state.deploy.demo import demo
+from pulsar_state.deploy.functions_deploy import deploy, undeploy
 from pulsar_state.map_cli import map_group
 from pulsar_state.meta_cli import meta_group
 
@@ -27,6 +28,8 @@ def main(verbose: int) -> None:
 
 main.add_command(broker)
 main.add_command(demo)
+main.add_command(deploy)
+main.add_command(undeploy)
 main.add_command(map_group)
 main.add_command(meta_group)
 
