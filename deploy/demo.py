@@ -19,6 +19,7 @@ import click
 import pulsar
 
 from pulsar_state.deploy.cli import default_data_dir
+from pulsar_state.deploy.demo_functions import functions_demo
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 from pulsar_state.deploy.standalone import StandaloneBroker
 from pulsar_state.errors import PulsarStateError
@@ -122,6 +123,7 @@ def demo(data_dir: Path, messages: int, keep_broker: bool) -> None:
         )
         admin.delete_function(fqn)
         _shared_state_demo(info.service_url, info.admin_url, suffix)
+        functions_demo(info.service_url, info.admin_url, suffix)
         _step("done")
     except PulsarStateError as exc:
         raise click.ClickException(str(exc)) from exc

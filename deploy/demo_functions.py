@@ -1,0 +1,176 @@
+"""The functions part of ``pulsar-state demo``: packaged functions on the shared state.
+
+Deploys the word-count stateful function and the function metadata manager
+from their config files with ``pulsar-admin``, drives a workload through them,
+runs three scheduler members that assign the registered functions' instances,
+and prints counters, records and assignments.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import click
+import pulsar
+import yaml
+
+from pulsar_state.deploy.functions_deploy import _config_dir, _entry
+from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
+from pulsar_state.functions.scheduler import Scheduler
+from pulsar_state.metadata_store import MetadataStore
+from pulsar_state.pulsar_map import PulsarMap
+
+__all__ = ["functions_demo"]
+
+LINES = [
+    "the quick brown fox",
+    "jumps over the lazy dog",
+    "the dog sleeps",
+    "a fox runs",
+] * 5
+
+
+def _deploy(
+    admin: PulsarAdminCli, config_file: str, entry: str, suffix: str, **extra: Any
+) -> tuple[str, str, str]:
+    config = yaml.safe_load((_config_dir() / config_file).read_text())
+    config["name"] = f"{config['name']}-{suffix}"
+    config["inputs"] = [f"{config['inputs'][0]}-{suffix}"]
+    config["output"] = f"{config['output']}-{suffix}"
+    config["userConfig"] = {**config.get("userConfig", {}), **extra}
+    fqn = (config["tenant"], config["namespace"], config["name"])
+    with tempfile.TemporaryDirectory() as tmp:
+        rendered = Path(tmp) / config_file
+        rendered.write_text(yaml.safe_dump(config))
+        admin.create_function(fqn=fqn, config_file=rendered, py=_entry(entry))
+    return fqn
+
+
+def _wait_running(admin: PulsarAdminCli, fqn: tuple[str, str, str], instances: int) -> None:
+    deadline = time.monotonic() + 180
+    while admin.function_status(fqn)["numRunning"] < instances:
+        if time.monotonic() > deadline:
+            raise click.ClickException(f"{'/'.join(fqn)} did not start")
+        time.sleep(1)
+
+
+def functions_demo(service_url: str, admin_url: str, suffix: str) -> None:
+    click.secho(
+        "==> packaged functions on the shared state (deployed from deploy/functions/*.yaml)",
+        bold=True,
+    )
+    admin = PulsarAdminCli(admin_url=admin_url)
+    quiet = logging.getLogger("pulsar.client")
+    client = pulsar.Client(service_url, logger=quiet)
+    state_topic = f"persistent://public/default/wordcount-state-{suffix}"
+    records_topic = f"persistent://public/default/function-metadata-{suffix}"
+    deployed = []
+    try:
+        wc = _deploy(
+            admin,
+            "wordcount.yaml",
+            "wordcount_entry.py",
+            suffix,
+            stateTopic=state_topic,
+            adminUrl=admin_url,
+        )
+        deployed.append(wc)
+        fmm = _deploy(
+            admin,
+            "metadata-manager.yaml",
+            "metadata_manager_entry.py",
+            suffix,
+            metadataTopic=records_topic,
+            adminUrl=admin_url,
+        )
+        deployed.append(fmm)
+        _wait_running(admin, wc, 2)
+        _wait_running(admin, fmm, 1)
+        click.echo(f"  running: {'/'.join(wc)} (2 instances), {'/'.join(fmm)}")
+
+        producer = client.create_producer(f"persistent://public/default/wordcount-in-{suffix}")
+        with click.progressbar(LINES, label="  sending lines to the word count") as bar:
+            for line in bar:
+                producer.send(line.encode())
+        expected = Counter(w for line in LINES for w in line.split())
+        with PulsarMap[str, Any](client, state_topic, admin_url=admin_url) as counts:
+            deadline = time.monotonic() + 120
+            while counts.get("counter/the", latest=True).result() != expected["the"]:
+                if time.monotonic() > deadline:
+                    raise click.ClickException("the word count did not catch up")
+                time.sleep(0.5)
+            got = {
+                k.removeprefix("counter/"): v
+                for k, v in counts.items().result().items()
+                if k.startswith("counter/")
+            }
+        top = ", ".join(f"{w}={n}" for w, n in sorted(got.items(), key=lambda x: -x[1])[:6])
+        click.echo(f"  counters (effectively once): {top}  exact={got == dict(expected)}")
+
+        requests = client.create_producer(
+            f"persistent://public/default/function-metadata-requests-{suffix}"
+        )
+        answers = client.subscribe(
+            f"persistent://public/default/function-metadata-answers-{suffix}",
+            "demo",
+            initial_position=pulsar.InitialPosition.Earliest,
+        )
+        spec = {"className": "etl.Enrich", "inputs": ["persistent://public/default/raw"]}
+        for request in (
+            {"op": "create", "fqn": "acme/prod/enrich", "config": {**spec, "parallelism": 3}},
+            {"op": "create", "fqn": "acme/prod/audit", "config": spec},
+            {
+                "op": "update",
+                "fqn": "acme/prod/enrich",
+                "config": {**spec, "parallelism": 4},
+                "expectedVersion": 0,
+            },
+            {"op": "update", "fqn": "acme/prod/enrich", "config": spec, "expectedVersion": 0},
+        ):
+            requests.send(json.dumps(request).encode())
+            answer = json.loads(answers.receive(timeout_millis=60_000).data())
+            verdict = (
+                f"version {answer['version']}" if answer["ok"] else f"refused: {answer['error']}"
+            )
+            click.echo(f"  metadata {request['op']:6} {request['fqn']}: {verdict}")
+
+        meta_topic = f"persistent://public/default/demo-scheduler-{suffix}"
+        assign_topic = f"persistent://public/default/demo-assignments-{suffix}"
+        members = []
+        for i in range(3):
+            store = MetadataStore(
+                client,
+                meta_topic,
+                admin_url=admin_url,
+                session_timeout_s=2.0,
+                session_check_interval_s=0.5,
+            )
+            assignments = PulsarMap[str, str](client, assign_topic, admin_url=admin_url)
+            members.append(Scheduler(store, assignments, member_id=f"worker-{i}").start())
+        try:
+            with PulsarMap[str, Any](client, records_topic, admin_url=admin_url) as records:
+                for fqn_, record in sorted(records.items(latest=True).result().items()):
+                    members[0].set_function(fqn_, record["config"]["parallelism"])
+            deadline = time.monotonic() + 60
+            while sum(len(m.my_assignments()) for m in members) != 5:
+                if time.monotonic() > deadline:
+                    raise click.ClickException("the scheduler did not assign all instances")
+                time.sleep(0.3)
+            for m in members:
+                role = "leader" if m.is_leader else "member"
+                click.echo(f"  {m.member_id} ({role}): {', '.join(m.my_assignments())}")
+        finally:
+            for m in members:
+                m.close()
+                m.assignments.close()
+                m.store.close()
+    finally:
+        for fqn in deployed:
+            admin.delete_function(fqn)
+        client.close()
