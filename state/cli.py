@@ -6,6 +6,7 @@ import logging
 
 import click
 
+from pulsar_state.connectors.sink_runner import sink
 from pulsar_state.deploy.cli import broker
 from pulsar_state.deploy.demo import demo
 from pulsar_state.deploy.functions_deploy import deploy, undeploy
@@ -28,6 +29,7 @@ def main(verbose: int) -> None:
 
 main.add_command(broker)
 main.add_command(demo)
+main.add_command(sink)
 main.add_command(deploy)
 main.add_command(undeploy)
 main.add_command(map_group)
