@@ -92,5 +92,39 @@ def test_word_count_is_exact_across_an_instance_kill(
             }
             assert counts == dict(expected)  # nothing lost, nothing counted twice
             assert state.get("state/last").result() is not None
+
+            # an update of the function (parallelism 2 -> 1) keeps the state exact
+            admin.run(
+                "functions",
+                "update",
+                "--tenant",
+                "public",
+                "--namespace",
+                "default",
+                "--name",
+                name,
+                "--parallelism",
+                "1",
+            )
+            wait_until(
+                lambda: admin.function_status(fqn)["numInstances"] == 1,
+                timeout_s=120,
+                interval_s=1,
+                message="updated to one instance",
+            )
+            more = [f"alpha gamma w{i}" for i in range(10)]
+            for line in more:
+                producer.send(line.encode())
+            expected.update(word for line in more for word in line.split())
+            wait_until(
+                lambda: state.get("counter/alpha", latest=True).result() == 50,
+                timeout_s=180,
+                interval_s=0.5,
+                message="counted after the update",
+            )
+            assert state.get("counter/gamma").result() == 10
     finally:
         admin.delete_function(fqn)
+    # deleting the function leaves its state readable
+    with PulsarMap[str, object](client, state_topic, admin_url=pulsar_endpoint.admin_url) as state:
+        assert state.get("counter/alpha").result() == 50
