@@ -17,6 +17,7 @@ import click
 import pulsar
 from tqdm import tqdm
 
+from pulsar_state.cli_options import cluster_options
 from pulsar_state.errors import PulsarStateError
 from pulsar_state.pulsar_map import PulsarMap
 
@@ -47,20 +48,7 @@ def _open_map(ctx: click.Context) -> Iterator[PulsarMap[str, Any]]:
 
 @click.group("map")
 @click.option("--topic", required=True, help="The map's topic (persistent://t/ns/name or name).")
-@click.option(
-    "--service-url",
-    envvar="PULSAR_SERVICE_URL",
-    default="pulsar://127.0.0.1:6650",
-    show_default=True,
-    help="Broker URL (env PULSAR_SERVICE_URL).",
-)
-@click.option(
-    "--admin-url",
-    envvar="PULSAR_ADMIN_URL",
-    default="http://127.0.0.1:8080",
-    show_default=True,
-    help="Admin URL (env PULSAR_ADMIN_URL).",
-)
+@cluster_options
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds per operation.")
 @click.pass_context
 def map_group(

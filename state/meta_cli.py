@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import click
 import pulsar
 
+from pulsar_state.cli_options import cluster_options
 from pulsar_state.errors import BadVersionError, NotFoundError, PulsarStateError
 from pulsar_state.metadata_state import Notification
 from pulsar_state.metadata_store import MetadataStore
@@ -48,20 +49,7 @@ def _open_store(ctx: click.Context) -> Iterator[MetadataStore]:
 
 @click.group("meta")
 @click.option("--topic", required=True, help="The metadata store's topic.")
-@click.option(
-    "--service-url",
-    envvar="PULSAR_SERVICE_URL",
-    default="pulsar://127.0.0.1:6650",
-    show_default=True,
-    help="Broker URL (env PULSAR_SERVICE_URL).",
-)
-@click.option(
-    "--admin-url",
-    envvar="PULSAR_ADMIN_URL",
-    default="http://127.0.0.1:8080",
-    show_default=True,
-    help="Admin URL (env PULSAR_ADMIN_URL).",
-)
+@cluster_options
 @click.pass_context
 def meta_group(ctx: click.Context, topic: str, service_url: str, admin_url: str) -> None:
     """Read, change and watch a metadata store (PIP-45)."""
