@@ -17,10 +17,12 @@ readers must not keep references to the state past their return.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from typing import Any, Generic, Self, TypeVar
 
 import pulsar
@@ -28,7 +30,12 @@ import pulsar
 from pulsar_state import metrics
 from pulsar_state.admin import PulsarAdmin, topic_path
 from pulsar_state.config import StateConfig
-from pulsar_state.errors import ConfigurationError, PulsarStateError, StateTopicError
+from pulsar_state.errors import (
+    ConfigurationError,
+    OperationTimeoutError,
+    PulsarStateError,
+    StateTopicError,
+)
 from pulsar_state.op_codec import OpCodec, SerializerCodec
 from pulsar_state.position import Position
 from pulsar_state.snapshot import SnapshotPolicy, Snapshotter, snapshot_topic
@@ -51,6 +58,13 @@ def full_topic_name(topic: str) -> str:
         topic = f"persistent://public/default/{topic}"
     topic_path(topic)  # validates
     return topic
+
+
+def _expire(result: Future[Any], target: Position, timeout: float) -> None:
+    with contextlib.suppress(InvalidStateError):
+        result.set_exception(
+            OperationTimeoutError(f"local state did not reach {target} within {timeout:.1f}s")
+        )
 
 
 class SharedStateManager(Generic[S, Op]):
@@ -204,7 +218,13 @@ class SharedStateManager(Generic[S, Op]):
             if exc is not None:
                 result.set_exception(exc)
                 return
-            self._tailer.when_applied(last.result()).add_done_callback(run_reader)
+            applied = self._tailer.when_applied(last.result())
+            if not applied.done():  # lagging: bound the wait by the timeout
+                timer = threading.Timer(timeout, _expire, (result, last.result(), timeout))
+                timer.daemon = True
+                timer.start()
+                applied.add_done_callback(lambda _: timer.cancel())
+            applied.add_done_callback(run_reader)
 
         try:
             self._tailer.last_position_async().add_done_callback(on_last)
@@ -252,15 +272,22 @@ class SharedStateManager(Generic[S, Op]):
         """A done-callback that completes ``result`` with ``reader(state)`` (or the error)."""
 
         def run(done: Future[Position]) -> None:
-            exc = done.exception()
-            if exc is not None:
-                result.set_exception(exc)
+            if result.done():  # timed out already
                 return
+            exc = done.exception()
             try:
-                with self._tailer.lock:
-                    result.set_result(reader(self._tailer.state))
-            except BaseException as err:
-                result.set_exception(err)
+                if exc is not None:
+                    result.set_exception(exc)
+                    return
+                try:
+                    with self._tailer.lock:
+                        value = reader(self._tailer.state)
+                except BaseException as err:
+                    result.set_exception(err)
+                else:
+                    result.set_result(value)
+            except InvalidStateError:  # the timeout won the race
+                pass
 
         return run
 

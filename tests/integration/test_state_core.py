@@ -19,6 +19,7 @@ from state_workers import increment_worker
 from pulsar_state import (
     AsyncPulsarMap,
     InvalidMessageError,
+    OperationTimeoutError,
     Position,
     PulsarMap,
     SharedStateManager,
@@ -220,6 +221,33 @@ def test_latest_read_sees_every_acknowledged_write(
     finally:
         a.close()
         b.close()
+
+
+def test_latest_read_waits_at_most_its_timeout(make_client: ClientFactory, admin_url: str) -> None:
+    topic = unique_topic("lag")
+
+    def slow_add(state: dict[str, int], op: int) -> None:
+        time.sleep(0.03)  # a slow applier: this manager's state lags behind the topic
+        _add(state, op)
+
+    def build(applier: Callable[[dict[str, int], int], None]) -> SharedStateManager:
+        return (
+            SharedStateManager.builder(make_client(), topic, admin_url=admin_url)
+            .with_op_serializer(lambda n: json.dumps(n).encode())
+            .with_op_deserializer(json.loads)
+            .with_database_initializer(lambda: {"total": 0, "ops": 0})
+            .with_change_log_applier(applier)
+            .build()
+        )
+
+    with build(slow_add) as lagging, build(_add) as writer:
+        for _ in range(100):  # ~3 s of applying for the lagging manager
+            writer.write(lambda s: [1]).result(timeout=30)
+        started = time.monotonic()
+        with pytest.raises(OperationTimeoutError):
+            lagging.read(lambda s: s["ops"], latest=True, timeout_s=0.3).result(timeout=10)
+        assert time.monotonic() - started < 2.0
+        assert lagging.read(lambda s: s["ops"], latest=True).result(timeout=30) == 100
 
 
 # -- 5 and 6. restarts, bootstrap, compaction ---------------------------------
