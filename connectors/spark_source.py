@@ -247,9 +247,7 @@ def _replay_changes(
         reader = client.create_reader(opts.topic, first, is_read_compacted=compacted)
         try:
             while True:
-                msg = reader.read_next(timeout_millis=opts.timeout_ms)
-                replay.feed(msg)
-                if Position.from_message_id(msg.message_id()).covers(end):
+                if replay.feed(reader.read_next(timeout_millis=opts.timeout_ms)).covers(end):
                     break
             replay.flush()
         finally:

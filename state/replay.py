@@ -108,7 +108,7 @@ class LogReplay(Generic[S, Op]):
         self._buf_bad: str | None = None
         self._buf_epoch = 0
         self._buf_keys: list[str] = []
-        self._buf_publish_ms = 0
+        self._buf_last_msg: pulsar.Message | None = None
         self._labels = (topic,)
 
     def add_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
@@ -117,9 +117,9 @@ class LogReplay(Generic[S, Op]):
     def remove_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
         self._listeners.remove(listener)
 
-    def feed(self, msg: pulsar.Message) -> None:
-        """Take the next message of the topic."""
-        self._handle(msg)
+    def feed(self, msg: pulsar.Message) -> Position:
+        """Take the next message of the topic; its position."""
+        return self._handle(msg)
 
     def flush(self) -> None:
         """No message follows for now: apply what compaction left without a marker."""
@@ -132,10 +132,10 @@ class LogReplay(Generic[S, Op]):
         self.applied = max(self.applied, pos)
         self._advanced()
 
-    def _handle(self, msg: pulsar.Message) -> None:
+    def _handle(self, msg: pulsar.Message) -> Position:
         pos = Position.from_message_id(msg.message_id())
         if self._start is not None and not pos > self._start:
-            return  # already in the snapshot
+            return pos  # already in the snapshot
         entry = (pos.ledger, pos.entry)
         if self._buf_entry is not None and entry != self._buf_entry:
             self._flush_buffer()
@@ -145,13 +145,13 @@ class LogReplay(Generic[S, Op]):
             # these out (the Java client skips messages marked compacted-out).
             self.compacted_out += 1
             self._advance(pos)
-            return
+            return pos
         self.received += 1
         if props.get(PROP_FORMAT) != FORMAT_VERSION:
             self._flush_buffer()
             self._invalid("foreign", pos, f"message without {PROP_FORMAT}={FORMAT_VERSION}")
             self._advance(pos)
-            return
+            return pos
         kind = props.get(PROP_KIND)
         write_id = props.get(PROP_WRITE)
         if kind == Kind.OP:
@@ -161,10 +161,11 @@ class LogReplay(Generic[S, Op]):
                 self._buf_entry, self._buf_write = entry, write_id
                 self._buf_epoch = message_epoch(props)
             self._buf_last = pos
-            self._buf_publish_ms = msg.publish_timestamp()
-            self._buf_keys.append(msg.partition_key())
+            self._buf_last_msg = msg  # its publish time, if compaction took the marker
+            key = msg.partition_key()
+            self._buf_keys.append(key)
             try:
-                self._buf_ops.append(self._codec.decode(msg.partition_key(), msg.data()))
+                self._buf_ops.append(self._codec.decode(key, msg.data()))
             except Exception as exc:
                 self._buf_bad = f"undecodable op ({type(exc).__name__}: {exc})"
         elif kind == Kind.COMMIT:
@@ -174,12 +175,12 @@ class LogReplay(Generic[S, Op]):
                 self._flush_buffer()
                 self._invalid("bad_commit", pos, f"unreadable commit marker: {exc}")
                 self._advance(pos)
-                return
+                return pos
             if self._buf_entry is not None and commit.write_id != self._buf_write:
                 self._flush_buffer()
             if self._buf_entry is None:  # all its ops were compacted away
                 self._buf_epoch = commit.epoch
-            self._buf_publish_ms = msg.publish_timestamp()
+            self._buf_last_msg = msg
             self._apply_buffer(pos, commit.write_id, compacted=False, members=commit.members)
         elif kind == Kind.EPOCH:
             self._flush_buffer()
@@ -190,6 +191,7 @@ class LogReplay(Generic[S, Op]):
             self._flush_buffer()
             self._invalid("unknown_kind", pos, f"unknown message kind {kind!r}")
             self._advance(pos)
+        return pos
 
     def _flush_buffer(self) -> None:
         """Apply ops whose commit marker compaction removed (or a foreign batch's)."""
@@ -206,7 +208,8 @@ class LogReplay(Generic[S, Op]):
         members: tuple[str, ...] = (),
     ) -> None:
         ops, bad, epoch, keys = self._buf_ops, self._buf_bad, self._buf_epoch, self._buf_keys
-        publish_ms = self._buf_publish_ms
+        last_msg, self._buf_last_msg = self._buf_last_msg, None
+        publish_ms = last_msg.publish_timestamp() if last_msg is not None else 0
         self._buf_ops, self._buf_entry, self._buf_write = [], None, None
         self._buf_last, self._buf_bad, self._buf_epoch, self._buf_keys = None, None, 0, []
         applied_ops: list[Op] = []
