@@ -93,7 +93,6 @@ class LogReplay(Generic[S, Op]):
         self.applied_writes = 0
         self.compacted_out = 0
         self._recent: OrderedDict[str, Position] = OrderedDict()
-        self._rejected: OrderedDict[str, Position] = OrderedDict()
         #: keys a stale (fenced) write touched, with where: the writer repairs them
         self.stale_keys: dict[str, Position] = {}
         self.stale_writes = 0
@@ -223,10 +222,6 @@ class LogReplay(Generic[S, Op]):
                 log.info(
                     "skipped stale write %s at %s (epoch %s < %s)", write_id, pos, epoch, self.epoch
                 )
-                for member in members:
-                    self._rejected[member] = pos
-                    if len(self._rejected) > _RECENT_WRITES:
-                        self._rejected.popitem(last=False)
                 for key in keys:
                     if not key.startswith(RESERVED_PREFIX):
                         self.stale_keys[key] = pos
@@ -264,7 +259,6 @@ class LogReplay(Generic[S, Op]):
                 metrics.APPLIED_OPS.labels(*self._labels).inc(len(applied_ops))
             for member in members:
                 self._recent[member] = pos
-                self._rejected.pop(member, None)
                 if len(self._recent) > _RECENT_WRITES:
                     self._recent.popitem(last=False)
             self._advance_locked(pos)

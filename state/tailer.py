@@ -136,11 +136,6 @@ class Tailer(LogReplay[S, Op]):
         with self.lock:
             return self._recent.get(write_id)
 
-    def was_rejected(self, write_id: str) -> bool:
-        """Whether a recent write landed stale (after a newer writer's epoch)."""
-        with self.lock:
-            return write_id in self._rejected
-
     def repaired(self, keys: dict[str, Position], at: Position) -> None:
         """Forget stale keys that a repair written at ``at`` superseded."""
         with self.lock:

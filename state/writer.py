@@ -178,7 +178,6 @@ class Writer(Generic[S, Op]):
         self._producer: pulsar.Producer | None = None
         self._epoch: int | None = None
         self._last_sent: Position | None = None
-        self._last_write = time.monotonic()
         self._closed = False
         self.writer_id = uuid.uuid4().hex[:12]
         self._labels = (topic,)
@@ -391,7 +390,6 @@ class Writer(Generic[S, Op]):
             self._lost(exc)
             return
         self._last_sent = last
-        self._last_write = time.monotonic()
         self._losses = 0
         metrics.WRITES.labels(*self._labels).inc(len(members))
         self._repair()
