@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import click
+import pulsar
 
-__all__ = ["cluster_options"]
+__all__ = ["cluster_client", "cluster_options"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -29,3 +32,20 @@ def cluster_options(fn: F) -> F:
         help="Broker URL (env PULSAR_SERVICE_URL).",
     )(fn)
     return fn
+
+
+@contextlib.contextmanager
+def cluster_client(service_url: str, timeout_s: float = 30.0) -> Iterator[pulsar.Client]:
+    """A client for one command; a bad URL is a clear CLI error; closed afterwards."""
+    try:
+        client = pulsar.Client(
+            service_url,
+            operation_timeout_seconds=max(1, int(timeout_s)),
+            logger=logging.getLogger("pulsar.client"),
+        )
+    except (pulsar.PulsarException, ValueError) as exc:
+        raise click.ClickException(f"cannot use {service_url}: {exc}") from exc
+    try:
+        yield client
+    finally:
+        client.close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +16,7 @@ import click
 import pulsar
 from tqdm import tqdm
 
-from pulsar_state.cli_options import cluster_options
+from pulsar_state.cli_options import cluster_client, cluster_options
 from pulsar_state.errors import PulsarStateError
 from pulsar_state.pulsar_map import PulsarMap
 
@@ -27,23 +26,14 @@ __all__ = ["map_group"]
 @contextlib.contextmanager
 def _open_map(ctx: click.Context) -> Iterator[PulsarMap[str, Any]]:
     opts = ctx.obj
-    try:
-        client = pulsar.Client(
-            opts["service_url"],
-            operation_timeout_seconds=int(opts["timeout"]),
-            logger=logging.getLogger("pulsar.client"),
-        )
-    except (pulsar.PulsarException, ValueError) as exc:
-        raise click.ClickException(f"cannot use {opts['service_url']}: {exc}") from exc
-    try:
-        with PulsarMap[str, Any](client, opts["topic"], admin_url=opts["admin_url"]) as m:
-            yield m
-    except PulsarStateError as exc:
-        raise click.ClickException(str(exc)) from exc
-    except pulsar.PulsarException as exc:
-        raise click.ClickException(f"Pulsar error: {exc}") from exc
-    finally:
-        client.close()
+    with cluster_client(opts["service_url"], opts["timeout"]) as client:
+        try:
+            with PulsarMap[str, Any](client, opts["topic"], admin_url=opts["admin_url"]) as m:
+                yield m
+        except PulsarStateError as exc:
+            raise click.ClickException(str(exc)) from exc
+        except pulsar.PulsarException as exc:
+            raise click.ClickException(f"Pulsar error: {exc}") from exc
 
 
 @click.group("map")

@@ -10,15 +10,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import logging
 import sys
 import threading
 from collections.abc import Iterator
 
 import click
-import pulsar
 
-from pulsar_state.cli_options import cluster_options
+from pulsar_state.cli_options import cluster_client, cluster_options
 from pulsar_state.errors import BadVersionError, NotFoundError, PulsarStateError
 from pulsar_state.metadata_state import Notification
 from pulsar_state.metadata_store import MetadataStore
@@ -29,22 +27,17 @@ __all__ = ["meta_group"]
 @contextlib.contextmanager
 def _open_store(ctx: click.Context) -> Iterator[MetadataStore]:
     opts = ctx.obj
-    try:
-        client = pulsar.Client(opts["service_url"], logger=logging.getLogger("pulsar.client"))
-    except (pulsar.PulsarException, ValueError) as exc:
-        raise click.ClickException(f"cannot use {opts['service_url']}: {exc}") from exc
-    try:
-        with MetadataStore(client, opts["topic"], admin_url=opts["admin_url"]) as store:
-            yield store
-    except (BadVersionError, NotFoundError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
-    except PulsarStateError as exc:
-        raise click.ClickException(str(exc)) from exc
-    except ValueError as exc:
-        raise click.ClickException(f"invalid input: {exc}") from exc
-    finally:
-        client.close()
+    with cluster_client(opts["service_url"]) as client:
+        try:
+            with MetadataStore(client, opts["topic"], admin_url=opts["admin_url"]) as store:
+                yield store
+        except (BadVersionError, NotFoundError) as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+        except PulsarStateError as exc:
+            raise click.ClickException(str(exc)) from exc
+        except ValueError as exc:
+            raise click.ClickException(f"invalid input: {exc}") from exc
 
 
 @click.group("meta")

@@ -430,13 +430,19 @@ class Writer(Generic[S, Op]):
     def _fail_exhausted_inflight(self, exc: BaseException) -> None:
         for group in self._inflight:
             for request in group:
-                if not request.future.done() and self._config.retry.exhausted(
-                    max(request.attempts, 1), request.submitted
-                ):
+                if not request.future.done() and self._give_up(request, exc):
                     self._pending.pop(request.write_id, None)
-                    request.future.set_exception(
-                        WriteFailedError(f"gave up: {exc}", attempts=request.attempts)
-                    )
+
+    def _give_up(self, request: WriteRequest[S, Op], exc: BaseException) -> bool:
+        """Fail ``request`` if its retries are exhausted (FencedError when fenced)."""
+        if not self._config.retry.exhausted(max(request.attempts, 1), request.submitted):
+            return False
+        message = f"gave up after {request.attempts} attempts: {exc}"
+        if isinstance(exc, FencedError):
+            request.future.set_exception(FencedError(message))
+        else:
+            request.future.set_exception(WriteFailedError(message, attempts=request.attempts))
+        return True
 
     def _trim_inflight(self) -> None:
         while self._inflight and all(r.future.done() for r in self._inflight[0]):
@@ -457,11 +463,7 @@ class Writer(Generic[S, Op]):
             metrics.WRITE_RETRIES.labels(*self._labels).inc(len(unresolved))
         keep = []
         for request in unresolved:
-            if self._config.retry.exhausted(max(request.attempts, 1), request.submitted):
-                request.future.set_exception(
-                    FencedError(f"gave up after {request.attempts} attempts: fenced each time")
-                )
-            else:
+            if not self._give_up(request, FencedError("fenced each time")):
                 keep.append(request)
         self._resubmit = keep + self._resubmit
 
@@ -571,27 +573,13 @@ class Writer(Generic[S, Op]):
                 producer.close()
 
     def _retry_later(self, group: list[WriteRequest[S, Op]], exc: BaseException) -> None:
-        retry = self._config.retry
         keep = []
         for request in group:
             if request.future.done():
                 continue
             if self._closed:
                 request.future.set_exception(StateClosedError("the state manager is closed"))
-            elif retry.exhausted(max(request.attempts, 1), request.submitted):
-                error_cls = FencedError if isinstance(exc, FencedError) else WriteFailedError
-                if error_cls is FencedError:
-                    request.future.set_exception(
-                        FencedError(f"gave up after {request.attempts} attempts: {exc}")
-                    )
-                else:
-                    request.future.set_exception(
-                        WriteFailedError(
-                            f"gave up after {request.attempts} attempts: {exc}",
-                            attempts=request.attempts,
-                        )
-                    )
-            else:
+            elif not self._give_up(request, exc):
                 keep.append(request)
         if keep:
             metrics.WRITE_RETRIES.labels(*self._labels).inc(len(keep))
