@@ -7,7 +7,9 @@ The broker is found once per test session, in this order:
 3. otherwise the project's own embedded standalone (``pulsar-state broker``),
    on ``.pulsar/test`` with fresh data.
 
-``PULSAR_STATE_TEST_BROKER=env|container|standalone`` forces one of them.
+``PULSAR_STATE_TEST_BROKER=env|container|standalone`` forces one of them;
+``PULSAR_STATE_TEST_DATA_DIR`` moves the embedded broker's data directory (two
+suites on one machine then each have their own broker).
 """
 
 from __future__ import annotations
@@ -138,9 +140,8 @@ def start_endpoint() -> PulsarEndpoint:
         return PulsarEndpoint(service_url=service_url, admin_url=admin_url, kind="env")
     if forced == "container" or (not forced and _docker_answers()):
         return _container_endpoint()
-    broker = StandaloneBroker(
-        data_dir=REPO_ROOT / ".pulsar" / "test", broker_settings=TEST_BROKER_SETTINGS
-    )
+    data_dir = Path(os.environ.get("PULSAR_STATE_TEST_DATA_DIR") or REPO_ROOT / ".pulsar" / "test")
+    broker = StandaloneBroker(data_dir=data_dir, broker_settings=TEST_BROKER_SETTINGS)
     broker.stop()  # a broker left by an interrupted session
     info = broker.start(fresh=True)
     return PulsarEndpoint(
