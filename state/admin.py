@@ -69,7 +69,8 @@ class PulsarAdmin:
             resp = self._session.request(
                 method, f"{self.admin_url}{path}", json=json, timeout=self._timeout_s
             )
-        except requests.ConnectionError as exc:
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            # every call made here is idempotent, so a timed-out one is re-sent
             raise _TransientError(str(exc)) from exc
         if resp.status_code in (500, 502, 503, 307) and method == "GET":
             raise _TransientError(f"{resp.status_code} {resp.text[:200]}")

@@ -227,7 +227,7 @@ class SharedStateManager(Generic[S, Op]):
             applied.add_done_callback(run_reader)
 
         try:
-            self._tailer.last_position_async().add_done_callback(on_last)
+            self._tailer.last_position_async(timeout).add_done_callback(on_last)
         except PulsarStateError as exc:
             result.set_exception(exc)
         return result

@@ -39,6 +39,7 @@ from pulsar_state.errors import (
 from pulsar_state.op_codec import OpCodec
 from pulsar_state.position import Position
 from pulsar_state.replay import AppliedWrite, LogReplay
+from pulsar_state.retry import RetryPolicy
 
 __all__ = ["AppliedWrite", "Tailer"]  # AppliedWrite: re-exported from replay
 
@@ -48,6 +49,29 @@ S = TypeVar("S")
 Op = TypeVar("Op")
 
 _ACK_EVERY_S = 1.0
+
+
+#: backoff between attempts to ask for the last message id (e.g. while the
+#: broker restarts); bounded by the caller's timeout, not by attempts
+_LAST_ID_RETRY = RetryPolicy(max_attempts=None, initial_backoff_s=0.02, max_backoff_s=1.0)
+_PERMANENT_RESULTS = frozenset(
+    {
+        pulsar.Result.AlreadyClosed,
+        pulsar.Result.AuthorizationError,
+        pulsar.Result.AuthenticationError,
+        pulsar.Result.TopicNotFound,
+    }
+)
+
+
+def _permanent(exc: pulsar.PulsarException) -> bool:
+    return isinstance(
+        exc,
+        pulsar.AlreadyClosed
+        | pulsar.AuthorizationError
+        | pulsar.AuthenticationError
+        | pulsar.TopicNotFound,
+    )
 
 
 class Tailer(LogReplay[S, Op]):
@@ -123,13 +147,29 @@ class Tailer(LogReplay[S, Op]):
 
     # -- positions ------------------------------------------------------------
 
-    def last_position(self) -> Position:
-        """The topic's last message id, asked of the broker (one round trip)."""
+    def last_position(self, timeout_s: float | None = None) -> Position:
+        """The topic's last message id, asked of the broker (one round trip).
+
+        A transient failure (the broker restarting, a lookup in flight) is
+        retried with backoff for up to ``timeout_s`` (default: the operation
+        timeout); a permanent one (closed, not authorized) is raised at once.
+        """
         self._check_usable()
-        try:
-            return Position.from_message_id(self._consumer.get_last_message_id())
-        except pulsar.PulsarException as exc:
-            raise OperationTimeoutError(f"could not get the last message id: {exc}") from exc
+        deadline = time.monotonic() + (
+            self._config.operation_timeout_s if timeout_s is None else timeout_s
+        )
+        for attempt in itertools.count(1):
+            try:
+                return Position.from_message_id(self._consumer.get_last_message_id())
+            except pulsar.PulsarException as exc:
+                backoff = _LAST_ID_RETRY.backoff_s(attempt)
+                if _permanent(exc) or time.monotonic() + backoff > deadline:
+                    raise OperationTimeoutError(
+                        f"could not get the last message id: {exc}"
+                    ) from exc
+                self._check_usable()
+                time.sleep(backoff)
+        raise AssertionError("unreachable")
 
     def write_position(self, write_id: str) -> Position | None:
         """Where a recent write was applied, if it was."""
@@ -170,37 +210,57 @@ class Tailer(LogReplay[S, Op]):
                 heapq.heappush(self._waiters, (target, next(self._seq), fut))
         return fut
 
-    def last_position_async(self) -> Future[Position]:
-        """:meth:`last_position` without a thread of ours waiting on it."""
+    def last_position_async(self, timeout_s: float | None = None) -> Future[Position]:
+        """:meth:`last_position` without a thread of ours waiting on it.
+
+        Transient failures are retried on a timer within ``timeout_s``.
+        """
         fut: Future[Position] = Future()
         self._check_usable()
         native = getattr(self._consumer, "_consumer", None)
         if native is None or not hasattr(native, "get_last_message_id_async"):
             try:
-                fut.set_result(self.last_position())
+                fut.set_result(self.last_position(timeout_s))
             except PulsarStateError as exc:
                 fut.set_exception(exc)
             return fut
+        deadline = time.monotonic() + (
+            self._config.operation_timeout_s if timeout_s is None else timeout_s
+        )
+        attempts = itertools.count(1)
+
+        def ask() -> None:
+            if self._closed:
+                fut.set_exception(StateClosedError("the state manager is closed"))
+                return
+            native.get_last_message_id_async(done)
 
         def done(result: pulsar.Result, msg_id: pulsar.MessageId) -> None:
             if result == pulsar.Result.Ok:
                 fut.set_result(Position.from_message_id(msg_id))
-            else:
+                return
+            backoff = _LAST_ID_RETRY.backoff_s(next(attempts))
+            if result in _PERMANENT_RESULTS or time.monotonic() + backoff > deadline:
                 fut.set_exception(
                     OperationTimeoutError(f"could not get the last message id: {result}")
                 )
+                return
+            timer = threading.Timer(backoff, ask)
+            timer.daemon = True
+            timer.start()
 
-        native.get_last_message_id_async(done)
+        ask()
         return fut
 
     def catch_up(self, timeout_s: float) -> Position:
         """Wait until every write acknowledged before this call is applied."""
-        target = self.last_position()
+        deadline = time.monotonic() + timeout_s
+        target = self.last_position(timeout_s)
         if target.ledger == self.applied.ledger:
             metrics.LAG_MESSAGES.labels(*self._labels).set(
                 max(0, target.entry - self.applied.entry)
             )
-        return self.wait_applied(target, timeout_s)
+        return self.wait_applied(target, max(0.0, deadline - time.monotonic()))
 
     def _check_usable(self) -> None:
         if self.failure is not None:

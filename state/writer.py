@@ -108,6 +108,14 @@ class _PublishFailedError(Exception):
         self.result = result
 
 
+class _CatchUpFailedError(Exception):
+    """The writer could not catch up before running a generator (e.g. a restart)."""
+
+    def __init__(self, cause: OperationTimeoutError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 class _Acks:
     """Counts down the acks of one entry; remembers the first failure."""
 
@@ -313,6 +321,9 @@ class Writer(Generic[S, Op]):
                 continue
             try:
                 batch = self._build(request)
+            except _CatchUpFailedError as exc:  # nothing was sent: try again later
+                self._retry_later([request], exc.cause)
+                continue
             except BaseException as exc:
                 request.future.set_exception(exc)
                 continue
@@ -340,7 +351,10 @@ class Writer(Generic[S, Op]):
             # generator that decides not to write (a failed compare-and-set,
             # put_if_absent on a present key) must still see every write
             # acknowledged before it ran.
-            self._tailer.catch_up(self._config.operation_timeout_s)
+            try:
+                self._tailer.catch_up(self._config.operation_timeout_s)
+            except OperationTimeoutError as exc:
+                raise _CatchUpFailedError(exc) from exc
         with self._tailer.lock:
             ops = request.generator(self._tailer.state)
         if ops is None:

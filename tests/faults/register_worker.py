@@ -1,0 +1,102 @@
+"""A client process of the fault tests: random operations on one integer key.
+
+Run as ``python register_worker.py '<json args>'``. Every operation is recorded
+in the history file as an ``invoke`` line *before* it starts and a ``return``
+line after, each written with one unbuffered ``write`` so that a ``kill -9``
+leaves at most an invocation without its return (an unknown outcome).
+
+Operations (on a :class:`~pulsar_state.PulsarMap`): ``read`` (``latest=True``),
+``cas`` (``replace`` from the locally known value to that value + 1) and
+``incr`` (``update`` adding one; returns the new value).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+from typing import Any
+
+import pulsar
+
+from pulsar_state import PulsarMap, PulsarStateError, StateConfig
+from pulsar_state.retry import RetryPolicy
+
+OP_TIMEOUT_S = 90.0
+
+
+class History:
+    def __init__(self, path: str, process: int) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._process = process
+        self._seq = 0
+
+    def invoke(self, kind: str, value: Any) -> int:
+        self._seq += 1
+        self._line({"type": "invoke", "op": self._seq, "kind": kind, "value": value})
+        return self._seq
+
+    def complete(
+        self, seq: int, kind: str, outcome: str, output: Any = None, error: str = ""
+    ) -> None:
+        record = {"type": outcome, "op": seq, "kind": kind, "output": output}
+        if error:
+            record["error"] = error
+        self._line(record)
+
+    def _line(self, record: dict[str, Any]) -> None:
+        record["process"] = self._process
+        record["time"] = time.monotonic_ns()
+        os.write(self._fd, (json.dumps(record) + "\n").encode())
+
+
+def run(args: dict[str, Any]) -> None:
+    rng = random.Random(args["seed"])
+    history = History(args["history"], args["process"])
+    deadline = time.monotonic() + args["seconds"]
+    key = args["key"]
+    client = pulsar.Client(
+        args["service_url"],
+        operation_timeout_seconds=15,
+        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+    )
+    config = StateConfig(retry=RetryPolicy(max_attempts=None, deadline_s=OP_TIMEOUT_S - 10))
+    with PulsarMap[str, int](
+        client, args["topic"], admin_url=args["admin_url"], config=config
+    ) as m:
+        while time.monotonic() < deadline:
+            kind = rng.choice(("read", "cas", "incr"))
+            if kind == "read":
+                seq = history.invoke("read", None)
+                try:
+                    value = m.get(key, latest=True).result(OP_TIMEOUT_S)
+                except (PulsarStateError, TimeoutError) as exc:
+                    history.complete(seq, kind, "fail", error=repr(exc))  # a read changes nothing
+                else:
+                    history.complete(seq, kind, "ok", value)
+            elif kind == "cas":
+                current = m.get(key).result(OP_TIMEOUT_S)  # a local read, not recorded
+                expected = 0 if current is None else current
+                seq = history.invoke("cas", [expected, expected + 1])
+                try:
+                    swapped = m.replace(key, expected, expected + 1).result(OP_TIMEOUT_S)
+                except (PulsarStateError, TimeoutError) as exc:
+                    history.complete(seq, kind, "info", error=repr(exc))
+                else:
+                    history.complete(seq, kind, "ok", swapped)
+            else:
+                seq = history.invoke("incr", None)
+                try:
+                    new = m.update(key, lambda v: (v or 0) + 1).result(OP_TIMEOUT_S)
+                except (PulsarStateError, TimeoutError) as exc:
+                    history.complete(seq, kind, "info", error=repr(exc))
+                else:
+                    history.complete(seq, kind, "ok", new)
+            time.sleep(rng.random() * args.get("pause_s", 0.01))
+    client.close()
+
+
+if __name__ == "__main__":
+    run(json.loads(sys.argv[1]))

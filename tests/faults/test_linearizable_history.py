@@ -1,0 +1,163 @@
+"""Contended compare-and-set and increments under kill -9, fencing and restarts.
+
+Four (or more) client processes run random ``read(latest)``, ``replace`` (CAS)
+and ``update`` (increment) operations on one key of a PulsarMap, each writer
+taking the topic over from the others (``ExclusiveWithFencing``). A nemesis
+kills processes with SIGKILL (their last operation stays unknown) or restarts
+the broker. Afterwards the whole history plus a final latest read by a fresh
+client must be linearizable, and no acknowledged increment may be missing.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pulsar
+import pytest
+from fault_report import FaultReport, FaultScale
+from harness import PulsarEndpoint, unique_topic
+from linearizability import Op, check_register
+from workload import Fault, HistoryStats, Workload, first_success_after, load_history
+
+from pulsar_state import PulsarMap
+
+KEY = "register"
+
+
+def _count_takeovers(client: pulsar.Client, topic: str) -> int:
+    """Epoch markers on the topic: one per time a writer gained it."""
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    count = 0
+    try:
+        while reader.has_message_available():
+            if reader.read_next(10_000).properties().get("pss.k") == "epoch":
+                count += 1
+    finally:
+        reader.close()
+    return count
+
+
+def _check(
+    client: pulsar.Client, admin_url: str, workload: Workload, report: FaultReport, test: str
+) -> HistoryStats:
+    killed = {int(f.detail.split()[1]) for f in workload.faults if f.kind == "kill -9"}
+    for process, code in workload.exit_codes().items():
+        if process not in killed:
+            assert code == 0, f"worker {process} exited {code}:\n{workload.worker_log(process)}"
+    stats = load_history(workload.workdir)
+    with PulsarMap[str, int](client, workload.topic, admin_url=admin_url) as fresh:
+        call = time.monotonic_ns() / 1e9
+        final = fresh.get(KEY, latest=True).result(60)
+        ret = time.monotonic_ns() / 1e9
+    assert final is not None
+    history = [*stats.ops, Op(-1, "read", None, final, call, ret)]
+    result = check_register(history, initial=0)
+    lost = max(0, stats.acked_increments - final)
+    recoveries = [f"{f.recovery_s:.1f}s" for f in workload.faults if f.recovery_s is not None]
+    report.add(
+        test=test,
+        ops=len(history),
+        ok=stats.ok + 1,
+        unknown=stats.unknown,
+        failed=stats.failed,
+        faults=", ".join(
+            sorted(
+                {
+                    f"{sum(x.kind == f.kind for x in workload.faults)}x {f.kind}"
+                    for f in workload.faults
+                }
+            )
+        )
+        or "none",
+        takeovers=_count_takeovers(client, workload.topic),
+        violations=0 if result.ok else 1,
+        lost=lost,
+        recovery=", ".join(recoveries) or "-",
+    )
+    assert result.ok, f"not linearizable; longest linearizable prefix: {result.longest_prefix}"
+    assert lost == 0
+    assert final <= stats.acked_increments + stats.unknown_writes
+    assert stats.ok > 20, "too few operations completed to mean anything"
+    return stats
+
+
+def _seed_register(client: pulsar.Client, topic: str, admin_url: str) -> None:
+    with PulsarMap[str, int](client, topic, admin_url=admin_url) as m:
+        m.put(KEY, 0).result(60)
+
+
+def test_contended_cas_and_increments_under_kill_9_are_linearizable(
+    pulsar_endpoint: PulsarEndpoint,
+    client: pulsar.Client,
+    tmp_path: Path,
+    fault_scale: FaultScale,
+    fault_report: FaultReport,
+) -> None:
+    topic = unique_topic("lin")
+    _seed_register(client, topic, pulsar_endpoint.admin_url)
+    workload = Workload(
+        service_url=pulsar_endpoint.service_url,
+        admin_url=pulsar_endpoint.admin_url,
+        topic=topic,
+        key=KEY,
+        workdir=tmp_path,
+        workers=fault_scale.workers,
+        seconds=fault_scale.seconds,
+        seed=1,
+    )
+    rng = random.Random(1)
+
+    def nemesis(w: Workload) -> None:
+        while True:
+            time.sleep(fault_scale.kill_every_s * rng.uniform(0.5, 1.5))
+            if w.elapsed() > w.seconds - 5:
+                return
+            w.kill_random(rng)
+
+    workload.run_with(nemesis)
+    assert any(f.kind == "kill -9" for f in workload.faults)
+    _check(client, pulsar_endpoint.admin_url, workload, fault_report, "kill -9 + fencing")
+
+
+@pytest.mark.fault
+def test_clients_ride_through_a_broker_restart_linearizably(
+    pulsar_endpoint: PulsarEndpoint,
+    client: pulsar.Client,
+    tmp_path: Path,
+    fault_scale: FaultScale,
+    fault_report: FaultReport,
+) -> None:
+    if not pulsar_endpoint.can_restart:
+        pytest.skip(f"cannot restart a {pulsar_endpoint.kind} broker")
+    topic = unique_topic("lin-restart")
+    _seed_register(client, topic, pulsar_endpoint.admin_url)
+    workload = Workload(
+        service_url=pulsar_endpoint.service_url,
+        admin_url=pulsar_endpoint.admin_url,
+        topic=topic,
+        key=KEY,
+        workdir=tmp_path,
+        workers=fault_scale.workers,
+        seconds=max(40.0, fault_scale.seconds),
+        seed=2,
+    )
+    restarts: list[tuple[Fault, float]] = []
+
+    def nemesis(w: Workload) -> None:
+        time.sleep(w.seconds / 3)
+        fault = Fault("broker restart", w.elapsed())
+        begun = time.monotonic_ns() / 1e9
+        pulsar_endpoint.restart()
+        up = time.monotonic_ns() / 1e9
+        fault.detail = f"broker down/up in {up - begun:.1f}s"
+        w.faults.append(fault)
+        restarts.append((fault, up))
+
+    workload.run_with(nemesis)
+    stats = load_history(tmp_path)
+    for fault, up in restarts:
+        fault.recovery_s = first_success_after(stats, up)
+        assert fault.recovery_s is not None, "no operation completed after the restart"
+    _check(client, pulsar_endpoint.admin_url, workload, fault_report, "broker restart")

@@ -1,0 +1,187 @@
+"""Run register workers against a real broker, inject faults, collect the history."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from linearizability import INFINITY, Op
+
+log = logging.getLogger(__name__)
+
+WORKER = Path(__file__).with_name("register_worker.py")
+
+
+@dataclass
+class Fault:
+    """One injected fault: what, when (seconds into the run), how long recovery took."""
+
+    kind: str
+    at_s: float
+    detail: str = ""
+    recovery_s: float | None = None
+
+
+@dataclass
+class Workload:
+    """Register workers in their own processes, replaced when killed.
+
+    Each process (a new one after each kill) is a distinct history process, so
+    a killed process's last operation stays pending forever: unknown outcome.
+    """
+
+    service_url: str
+    admin_url: str
+    topic: str
+    key: str
+    workdir: Path
+    workers: int = 4
+    seconds: float = 20.0
+    seed: int = 0
+    pause_s: float = 0.01
+    faults: list[Fault] = field(default_factory=list)
+    _procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _next_process: int = 0
+    _started: float = 0.0
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._started = time.monotonic()
+        for _ in range(self.workers):
+            self._spawn()
+
+    def _spawn(self) -> int:
+        process = self._next_process
+        self._next_process += 1
+        remaining = max(1.0, self.seconds - (time.monotonic() - self._started))
+        args = {
+            "service_url": self.service_url,
+            "admin_url": self.admin_url,
+            "topic": self.topic,
+            "key": self.key,
+            "history": str(self.workdir / f"history-{process}.jsonl"),
+            "process": process,
+            "seconds": remaining,
+            "seed": self.seed * 1000 + process,
+            "pause_s": self.pause_s,
+        }
+        log_file = open(self.workdir / f"worker-{process}.log", "wb")  # noqa: SIM115
+        self._procs[process] = subprocess.Popen(
+            [sys.executable, str(WORKER), json.dumps(args)],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log_file.close()
+        return process
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self._started
+
+    def kill_random(self, rng: random.Random) -> None:
+        """``kill -9`` a live worker and start a replacement."""
+        live = [p for p, proc in self._procs.items() if proc.poll() is None]
+        if not live:
+            return
+        victim = rng.choice(live)
+        self._procs[victim].send_signal(signal.SIGKILL)
+        self._procs[victim].wait()
+        replacement = self._spawn()
+        self.faults.append(
+            Fault("kill -9", self.elapsed(), f"process {victim} -> replaced by {replacement}")
+        )
+
+    def run_with(self, nemesis: Callable[[Workload], None] | None = None) -> None:
+        """Run until every worker finished; ``nemesis`` runs meanwhile, once."""
+        self.start()
+        try:
+            if nemesis is not None:
+                nemesis(self)
+            deadline = time.monotonic() + self.seconds + 180
+            for process, proc in list(self._procs.items()):
+                try:
+                    proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    log.error("worker %s did not finish; killing it", process)
+                    proc.kill()
+                    proc.wait()
+        finally:
+            for proc in self._procs.values():
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+
+    def exit_codes(self) -> dict[int, int | None]:
+        return {p: proc.returncode for p, proc in self._procs.items()}
+
+    def worker_log(self, process: int) -> str:
+        path = self.workdir / f"worker-{process}.log"
+        return path.read_text(errors="replace")[-3000:] if path.is_file() else ""
+
+
+@dataclass
+class HistoryStats:
+    ops: list[Op]
+    ok: int = 0
+    failed: int = 0
+    unknown: int = 0
+    acked_increments: int = 0
+    unknown_writes: int = 0
+    first_ok_after: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return len(self.ops)
+
+
+def load_history(workdir: Path) -> HistoryStats:
+    """Turn the workers' invoke/return lines into :class:`Op` s.
+
+    ``fail`` (a read that raised) changed nothing and is dropped; ``info`` and a
+    missing return mean the outcome is unknown.
+    """
+    invokes: dict[tuple[int, int], dict[str, Any]] = {}
+    returns: dict[tuple[int, int], dict[str, Any]] = {}
+    for path in sorted(workdir.glob("history-*.jsonl")):
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            key = (record["process"], record["op"])
+            (invokes if record["type"] == "invoke" else returns)[key] = record
+    stats = HistoryStats(ops=[])
+    for key, inv in invokes.items():
+        ret = returns.get(key)
+        kind = inv["kind"]
+        value = tuple(inv["value"]) if kind == "cas" else inv["value"]
+        call = inv["time"] / 1e9
+        if ret is not None and ret["type"] == "fail":
+            stats.failed += 1
+            continue
+        if ret is None or ret["type"] == "info":
+            stats.unknown += 1
+            if kind != "read":
+                stats.unknown_writes += 1
+            stats.ops.append(Op(key[0], kind, value, None, call, INFINITY, known=False))
+            continue
+        stats.ok += 1
+        output = ret["output"]
+        if (kind == "cas" and output) or kind == "incr":
+            stats.acked_increments += 1
+        stats.ops.append(Op(key[0], kind, value, output, call, ret["time"] / 1e9))
+    return stats
+
+
+def first_success_after(stats: HistoryStats, instant_s: float) -> float | None:
+    """Seconds from ``instant_s`` (monotonic) to the first operation completed after it."""
+    done = [op.ret for op in stats.ops if op.known and op.ret >= instant_s]
+    return min(done) - instant_s if done else None
