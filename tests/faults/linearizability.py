@@ -117,7 +117,7 @@ def check_register(
     for op in ops:
         if not op.known:
             continue
-        if op.kind == "incr" or op.kind == "read":
+        if op.kind in {"incr", "read"}:
             seen_max = max(seen_max, op.output)
         if op.kind == "incr":
             produced.add(op.output)
