@@ -50,6 +50,7 @@ setup(
         "click>=8.1",
         "pyyaml>=6.0",
         "tqdm>=4.66",
+        "pyjwt>=2.8",
     ],
     extras_require={
         # What the functions worker's Python runner needs (grpc, protobuf, ...)

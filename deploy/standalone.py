@@ -79,6 +79,8 @@ class StandaloneBroker:
         pulsar_mem: JVM memory flags (``PULSAR_MEM``).
         start_timeout_s: how long :meth:`start` waits for readiness.
         broker_settings: extra ``standalone.conf`` settings (they win).
+        admin_token: a token for the launcher's own admin calls (readiness), when
+            the settings turn authentication on (see :class:`TokenAuthority`).
     """
 
     def __init__(
@@ -91,6 +93,7 @@ class StandaloneBroker:
         pulsar_mem: str = DEFAULT_PULSAR_MEM,
         start_timeout_s: float = 240.0,
         broker_settings: dict[str, str] | None = None,
+        admin_token: str | None = None,
     ) -> None:
         if not isinstance(functions, bool):
             raise TypeError(f"functions must be a bool, got {functions!r}")
@@ -103,6 +106,7 @@ class StandaloneBroker:
         self.pulsar_mem = pulsar_mem
         self.start_timeout_s = start_timeout_s
         self.broker_settings = dict(broker_settings or {})
+        self._admin_headers = {"Authorization": f"Bearer {admin_token}"} if admin_token else {}
 
     # -- paths ----------------------------------------------------------------
 
@@ -156,22 +160,32 @@ class StandaloneBroker:
     def is_ready(self, info: BrokerInfo, *, timeout_s: float = 2.0) -> bool:
         """Broker answers admin calls (and the worker does, when enabled)."""
         try:
-            clusters = requests.get(f"{info.admin_url}/admin/v2/clusters", timeout=timeout_s)
+            clusters = requests.get(
+                f"{info.admin_url}/admin/v2/clusters",
+                timeout=timeout_s,
+                headers=self._admin_headers,
+            )
             if clusters.status_code != 200 or "standalone" not in clusters.json():
                 return False
             namespaces = requests.get(
-                f"{info.admin_url}/admin/v2/namespaces/public", timeout=timeout_s
+                f"{info.admin_url}/admin/v2/namespaces/public",
+                timeout=timeout_s,
+                headers=self._admin_headers,
             )
             if namespaces.status_code != 200 or "public/default" not in namespaces.json():
                 return False
             if info.functions:
                 worker = requests.get(
-                    f"{info.admin_url}/admin/v2/worker/cluster", timeout=timeout_s
+                    f"{info.admin_url}/admin/v2/worker/cluster",
+                    timeout=timeout_s,
+                    headers=self._admin_headers,
                 )
                 if worker.status_code != 200 or not worker.json():
                     return False
                 functions = requests.get(
-                    f"{info.admin_url}/admin/v3/functions/public/default", timeout=timeout_s
+                    f"{info.admin_url}/admin/v3/functions/public/default",
+                    timeout=timeout_s,
+                    headers=self._admin_headers,
                 )
                 if functions.status_code != 200:
                     return False

@@ -16,7 +16,7 @@ from urllib.parse import quote
 import requests
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from pulsar_state.errors import StateTopicError
+from pulsar_state.errors import PermissionDeniedError, StateTopicError
 
 __all__ = ["PulsarAdmin", "topic_path"]
 
@@ -80,7 +80,11 @@ class PulsarAdmin:
         if resp.status_code in ok:
             return
         if resp.status_code in (401, 403):
-            raise StateTopicError(f"{what}: not permitted ({resp.status_code}: {resp.text[:300]})")
+            raise PermissionDeniedError(
+                f"{what}: not permitted for this role ({resp.status_code}: {resp.text[:300]}); "
+                "a role without admin rights can open the state with ensure_retention=False "
+                "once an administrator has protected the topic"
+            )
         raise StateTopicError(f"{what} failed ({resp.status_code}: {resp.text[:300]})")
 
     # -- topics ---------------------------------------------------------------
@@ -95,29 +99,45 @@ class PulsarAdmin:
         self._check(resp, f"creating {topic}", ok=(200, 204, 409))
 
     def protect(self, topic: str, *, compaction_threshold_bytes: int | None = None) -> None:
-        """Infinite retention, no inactive deletion, optional compaction threshold."""
+        """Infinite retention, no inactive deletion, optional compaction threshold.
+
+        Each policy is read first and written only when it differs: a policy
+        write goes through the namespace's system topic, so managers opening an
+        already protected topic (the common case) write nothing.
+        """
         path = topic_path(topic)
         retention = {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}
-        self._check(
-            self.request("POST", f"/admin/v2/{path}/retention", json=retention),
-            f"setting infinite retention on {topic}",
-        )
+        self._ensure_policy(path, "retention", retention, f"setting infinite retention on {topic}")
         inactive = {
             "inactiveTopicDeleteMode": "delete_when_no_subscriptions",
             "maxInactiveDurationSeconds": -1,
             "deleteWhileInactive": False,
         }
-        self._check(
-            self.request("POST", f"/admin/v2/{path}/inactiveTopicPolicies", json=inactive),
-            f"disabling inactive-topic deletion on {topic}",
+        self._ensure_policy(
+            path, "inactiveTopicPolicies", inactive, f"disabling inactive-topic deletion on {topic}"
         )
         if compaction_threshold_bytes is not None:
-            self._check(
-                self.request(
-                    "POST", f"/admin/v2/{path}/compactionThreshold", json=compaction_threshold_bytes
-                ),
+            self._ensure_policy(
+                path,
+                "compactionThreshold",
+                compaction_threshold_bytes,
                 f"setting the compaction threshold on {topic}",
             )
+
+    def _ensure_policy(self, path: str, policy: str, wanted: Any, what: str) -> None:
+        current = self.request("GET", f"/admin/v2/{path}/{policy}")
+        if current.status_code == 200 and current.text:
+            try:
+                value = current.json()
+            except ValueError:
+                value = None
+            if value == wanted or (
+                isinstance(value, dict)
+                and isinstance(wanted, dict)
+                and all(value.get(k) == v for k, v in wanted.items())
+            ):
+                return
+        self._check(self.request("POST", f"/admin/v2/{path}/{policy}", json=wanted), what)
 
     def retention(self, topic: str) -> dict[str, Any]:
         resp = self.request("GET", f"/admin/v2/{topic_path(topic)}/retention?applied=true")

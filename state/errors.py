@@ -9,6 +9,7 @@ subclass) for failures it knows about; Pulsar client errors are wrapped with
 from __future__ import annotations
 
 __all__ = [
+    "PermissionDeniedError",
     "BadVersionError",
     "BrokerError",
     "BrokerNotRunningError",
@@ -49,6 +50,14 @@ class StateClosedError(PulsarStateError):
 
 class StateTopicError(PulsarStateError):
     """The state topic is unusable: missing, partitioned, unprotected, not permitted."""
+
+
+class PermissionDeniedError(StateTopicError, PermissionError):
+    """The broker refused this client's role (authentication or authorization).
+
+    Never retried: produce, consume or admin permission is missing for the
+    role the client authenticates as (or it did not authenticate).
+    """
 
 
 class FencedError(PulsarStateError):

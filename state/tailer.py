@@ -33,6 +33,7 @@ from pulsar_state.config import StateConfig
 from pulsar_state.errors import (
     InvalidMessageError,
     OperationTimeoutError,
+    PermissionDeniedError,
     PulsarStateError,
     StateClosedError,
 )
@@ -110,15 +111,21 @@ class Tailer(LogReplay[S, Op]):
         self._last_ack = time.monotonic()
         self._labels = (topic,)
         self.subscription = f"{config.subscription_prefix}{uuid.uuid4().hex[:16]}"
-        self._consumer = client.subscribe(
-            topic,
-            self.subscription,
-            consumer_type=pulsar.ConsumerType.Exclusive,
-            initial_position=pulsar.InitialPosition.Earliest,
-            is_read_compacted=config.read_compacted,
-            receiver_queue_size=1000,
-            properties={"pulsar-state-role": "tail"},
-        )
+        try:
+            self._consumer = client.subscribe(
+                topic,
+                self.subscription,
+                consumer_type=pulsar.ConsumerType.Exclusive,
+                initial_position=pulsar.InitialPosition.Earliest,
+                is_read_compacted=config.read_compacted,
+                receiver_queue_size=1000,
+                properties={"pulsar-state-role": "tail"},
+            )
+        except (pulsar.AuthorizationError, pulsar.AuthenticationError) as exc:
+            raise PermissionDeniedError(
+                f"not permitted to consume {topic} ({exc}): grant the client's role the "
+                "consume permission"
+            ) from exc
         if start is not None:  # resume after a snapshot
             self._consumer.seek(pulsar.MessageId(-1, start.ledger, start.entry, start.batch))
         self._thread = threading.Thread(

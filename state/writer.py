@@ -44,6 +44,7 @@ from pulsar_state.config import StateConfig
 from pulsar_state.errors import (
     FencedError,
     OperationTimeoutError,
+    PermissionDeniedError,
     PulsarStateError,
     StateClosedError,
     ValueTooLargeError,
@@ -449,6 +450,9 @@ class Writer(Generic[S, Op]):
 
     def _give_up(self, request: WriteRequest[S, Op], exc: BaseException) -> bool:
         """Fail ``request`` if its retries are exhausted (FencedError when fenced)."""
+        if isinstance(exc, PermissionDeniedError):  # retrying cannot help
+            request.future.set_exception(exc)
+            return True
         if not self._config.retry.exhausted(max(request.attempts, 1), request.submitted):
             return False
         message = f"gave up after {request.attempts} attempts: {exc}"
@@ -551,6 +555,11 @@ class Writer(Generic[S, Op]):
                 block_if_queue_full=True,
                 properties={"pulsar-state-writer": self.writer_id},
             )
+        except (pulsar.AuthorizationError, pulsar.AuthenticationError) as exc:
+            raise PermissionDeniedError(
+                f"not permitted to produce on {self._topic} ({exc}): grant the client's role "
+                "the produce permission"
+            ) from exc
         except pulsar.PulsarException as exc:
             self._losses += 1
             raise FencedError(f"could not gain the topic: {exc}") from exc
