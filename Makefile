@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SOURCES := setup.py pyproject.toml $(shell find state functions connectors deploy -name '*.py' -o -name '*.yaml' -o -name py.typed 2>/dev/null)
 
-.PHONY: bench-core bench-spark deploy undeploy package run test test-unit test-integration lint format broker-start broker-stop clean
+.PHONY: test-faults bench-core bench-spark deploy undeploy package run test test-unit test-integration lint format broker-start broker-stop clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ run: $(STAMP)
 
 test: $(STAMP) lint
 	$(PY) -m pytest
+
+# long fault-injection runs (kill -9, fencing, broker restart, partition, auth);
+# a short version of the same tests runs in `make test`
+test-faults: $(STAMP)
+	PULSAR_STATE_FAULTS=full PULSAR_STATE_FAULTS_REPORT=bench/results/faults.md $(PY) -m pytest tests/faults
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit
