@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, Literal, TypeVar
 
 import pulsar
@@ -149,6 +149,7 @@ class LogReplay(Generic[S, Op]):
         if props.get(PROP_FORMAT) != FORMAT_VERSION:
             self._flush_buffer()
             self._invalid("foreign", pos, f"message without {PROP_FORMAT}={FORMAT_VERSION}")
+            self._touched_by_invalid([msg.partition_key()], pos)
             self._advance(pos)
             return pos
         kind = props.get(PROP_KIND)
@@ -240,6 +241,7 @@ class LogReplay(Generic[S, Op]):
                 return
             if bad is not None:
                 self._invalid("undecodable", pos, f"{bad}; the whole write is skipped")
+                self._touched_by_invalid(keys, pos)
             else:
                 self.epoch = max(self.epoch, epoch)
                 try:
@@ -283,6 +285,14 @@ class LogReplay(Generic[S, Op]):
     def _advance(self, pos: Position) -> None:
         with self._cond:
             self._advance_locked(pos)
+
+    def _touched_by_invalid(self, keys: Iterable[str | None], pos: Position) -> None:
+        """A skipped message under a user key would be the key's last value after
+        compaction: mark the key so that the writer re-asserts its real value."""
+        with self._cond:
+            for key in keys:
+                if key and not key.startswith(RESERVED_PREFIX):
+                    self.stale_keys[key] = pos
 
     def _invalid(self, reason: str, pos: Position, detail: str) -> None:
         self.invalid_count += 1

@@ -131,7 +131,12 @@ def test_a_cut_off_writer_is_fenced_and_its_late_write_never_applied(
         lost=0,
         recovery=f"zombie's write refused {decided_s:.1f}s after healing",
         note=(
-            f"cut-off writer: its late write reached the log {landed} time(s) and was skipped "
-            f"as stale each time; it failed with {outcome['error'][:80]}"
+            "cut-off writer: its late write "
+            + (
+                f"reached the log {landed} time(s), skipped as stale by every reader"
+                if landed
+                else "never reached the log (the broker had closed its fenced producer)"
+            )
+            + f"; the zombie's call failed with {outcome['error'][:80]}"
         ),
     )

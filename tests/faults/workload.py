@@ -182,6 +182,9 @@ def load_history(workdir: Path) -> HistoryStats:
 
 
 def first_success_after(stats: HistoryStats, instant_s: float) -> float | None:
-    """Seconds from ``instant_s`` (monotonic) to the first operation completed after it."""
-    done = [op.ret for op in stats.ops if op.known and op.ret >= instant_s]
-    return min(done) - instant_s if done else None
+    """Seconds from ``instant_s`` until every process completed an operation again."""
+    firsts: dict[int, float] = {}
+    for op in stats.ops:
+        if op.known and op.ret >= instant_s:
+            firsts[op.process] = min(firsts.get(op.process, op.ret), op.ret)
+    return max(firsts.values()) - instant_s if firsts else None
