@@ -25,6 +25,7 @@ PACKAGE_DIRS = {
 }
 
 PULSAR_CLIENT = "pulsar-client>=3.5,<4"
+PSYCOPG = "psycopg[binary]>=3.1,<4"
 
 setup(
     name="pulsar-shared-state",
@@ -56,6 +57,8 @@ setup(
         # What the functions worker's Python runner needs (grpc, protobuf, ...)
         "functions": [PULSAR_CLIENT.replace("pulsar-client", "pulsar-client[functions]")],
         "spark": ["pyspark>=4.1,<5", "pyarrow>=15"],
+        # the SQL sink on PostgreSQL (selected by a postgresql:// URL)
+        "postgres": [PSYCOPG],
         "test": [
             "pytest>=8",
             "pytest-timeout>=2.3",
@@ -73,6 +76,7 @@ setup(
             "types-tqdm",
             "pyspark>=4.1,<5",
             "pyarrow>=15",
+            PSYCOPG,
         ],
     },
     entry_points={"console_scripts": ["pulsar-state=pulsar_state.cli:main"]},
