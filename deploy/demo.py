@@ -18,6 +18,7 @@ from pathlib import Path
 import click
 import pulsar
 
+from pulsar_state.cli_options import client_logger
 from pulsar_state.deploy.cli import default_data_dir
 from pulsar_state.deploy.demo_functions import functions_demo
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
@@ -101,7 +102,7 @@ def demo(data_dir: Path, messages: int, keep_broker: bool) -> None:
         admin.create_function(
             fqn=fqn, py=_smoke_source(), classname="smoke.Exclaim", inputs=[source], output=sink
         )
-        client = pulsar.Client(info.service_url, logger=logging.getLogger("pulsar.client"))
+        client = pulsar.Client(info.service_url, logger=client_logger())
         try:
             consumer = client.subscribe(
                 sink, "demo", initial_position=pulsar.InitialPosition.Earliest

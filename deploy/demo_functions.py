@@ -9,7 +9,6 @@ and prints counters, records and assignments.
 from __future__ import annotations
 
 import json
-import logging
 import tempfile
 import time
 from collections import Counter
@@ -20,6 +19,7 @@ import click
 import pulsar
 import yaml
 
+from pulsar_state.cli_options import client_logger
 from pulsar_state.deploy.functions_deploy import _config_dir, _entry
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 from pulsar_state.functions.scheduler import Scheduler
@@ -66,8 +66,7 @@ def functions_demo(service_url: str, admin_url: str, suffix: str) -> None:
         bold=True,
     )
     admin = PulsarAdminCli(admin_url=admin_url)
-    quiet = logging.getLogger("pulsar.client")
-    client = pulsar.Client(service_url, logger=quiet)
+    client = pulsar.Client(service_url, logger=client_logger())
     state_topic = f"persistent://public/default/wordcount-state-{suffix}"
     records_topic = f"persistent://public/default/function-metadata-{suffix}"
     deployed = []

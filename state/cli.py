@@ -6,6 +6,7 @@ import logging
 
 import click
 
+from pulsar_state.cli_options import set_client_log_level
 from pulsar_state.connectors.sink_runner import sink
 from pulsar_state.deploy.cli import broker
 from pulsar_state.deploy.demo import demo
@@ -23,8 +24,7 @@ def main(verbose: int) -> None:
     """Consistent shared state on Apache Pulsar."""
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # the C++ client's own log: errors only unless -vv
-    logging.getLogger("pulsar.client").setLevel(logging.DEBUG if verbose >= 2 else logging.ERROR)
+    set_client_log_level(verbose)
 
 
 main.add_command(broker)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -34,6 +33,24 @@ def cluster_options(fn: F) -> F:
     return fn
 
 
+_CLIENT_LOG_LEVEL = [pulsar.LoggerLevel.Error]
+
+
+def set_client_log_level(verbose: int) -> None:
+    """The C++ client's own log: errors only unless ``-vv``."""
+    _CLIENT_LOG_LEVEL[0] = pulsar.LoggerLevel.Debug if verbose >= 2 else pulsar.LoggerLevel.Error
+
+
+def client_logger() -> pulsar.ConsoleLogger:
+    """The client's native logger (to stderr).
+
+    Not a Python logger: the C++ client may log from its own threads while the
+    interpreter shuts down, which aborts the process ("terminate called without
+    an active exception", pulsar-client-python issue 256).
+    """
+    return pulsar.ConsoleLogger(_CLIENT_LOG_LEVEL[0])
+
+
 @contextlib.contextmanager
 def cluster_client(service_url: str, timeout_s: float = 30.0) -> Iterator[pulsar.Client]:
     """A client for one command; a bad URL is a clear CLI error; closed afterwards."""
@@ -41,7 +58,7 @@ def cluster_client(service_url: str, timeout_s: float = 30.0) -> Iterator[pulsar
         client = pulsar.Client(
             service_url,
             operation_timeout_seconds=max(1, int(timeout_s)),
-            logger=logging.getLogger("pulsar.client"),
+            logger=client_logger(),
         )
     except (pulsar.PulsarException, ValueError) as exc:
         raise click.ClickException(f"cannot use {service_url}: {exc}") from exc
