@@ -1,8 +1,11 @@
 """A Python sink (the Pulsar IO ``Sink`` contract) that upserts keyed records into SQL.
 
 Contract, as Pulsar IO defines it: ``open(config, context)``, ``write(record)``,
-``close()``. ``SqliteUpsertSink`` keeps the latest value per message key in a
-table (an empty value deletes the row) — SQLite is the embedded default.
+``close()``. ``SqlUpsertSink`` keeps the latest value per message key in a
+table (an empty value deletes the row). The config's ``database`` picks the
+database (:mod:`.sql_backend`): a file path is SQLite, the embedded default;
+a ``postgresql://user:pass@host:port/db`` URL is PostgreSQL (the ``postgres``
+extra).
 
 Effectively once: each write stores the record's position (ledger, entry,
 batch) for its topic in the same database transaction as the row change, and
@@ -10,10 +13,10 @@ a record at or before the stored position is skipped. Redelivery after a crash
 therefore changes nothing; this needs records of a topic partition in order
 (one active consumer: a failover subscription, ``retainOrdering: true``).
 
-Metadata in the core: on ``open`` the sink records its configuration and table
-schema, versioned, in a ``PulsarMap`` (``metadataTopic``; key
-``sink/<name>``): a changed config gets the next version, an unchanged one
-keeps its version.
+Metadata in the core: on ``open`` the sink records its configuration (the
+database password redacted) and table schema, versioned, in a ``PulsarMap``
+(``metadataTopic``; key ``sink/<name>``): a changed config gets the next
+version, an unchanged one keeps its version.
 
 Pulsar's native sink runtime is Java-only, so the sink runs either inside the
 functions runtime (:class:`SinkFunction`, a function with no output topic) or
@@ -22,7 +25,7 @@ on its own (``pulsar-state sink run --config sink.yaml``).
 
 from __future__ import annotations
 
-import sqlite3
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -30,19 +33,40 @@ from typing import Any
 
 from pulsar import Function
 
+from pulsar_state.connectors.postgres_backend import PostgresBackend
+from pulsar_state.connectors.sql_backend import SqlBackend, plain_identifier, redact_database
+from pulsar_state.connectors.sqlite_backend import SqliteBackend
 from pulsar_state.errors import ConfigurationError
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import PulsarMap
 
-__all__ = ["SinkFunction", "SinkRecord", "SqliteUpsertSink"]
+__all__ = [
+    "SinkFunction",
+    "SinkRecord",
+    "SqlUpsertSink",
+    "SqliteUpsertSink",
+    "open_backend",
+    "record_metadata",
+]
 
-_IDENT_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
-def _ident(name: Any, what: str) -> str:
-    if not isinstance(name, str) or not name or not set(name) <= _IDENT_OK or name[0].isdigit():
-        raise ConfigurationError(f"{what} must be a plain SQL identifier, got {name!r}")
-    return name
+def open_backend(database: Any) -> SqlBackend:
+    """Connect to the database that the sink config's ``database`` names."""
+    if not isinstance(database, str) or not database:
+        raise ConfigurationError(
+            "sink config needs 'database': a SQLite file path or a postgresql:// URL"
+        )
+    scheme = _SCHEME.match(database)
+    if scheme is None:
+        return SqliteBackend(database)
+    if scheme.group(1).lower() in ("postgresql", "postgres"):
+        return PostgresBackend(database)
+    raise ConfigurationError(
+        f"sink 'database' {redact_database(database)!r}: unsupported URL scheme "
+        f"{scheme.group(1)!r} (a SQLite file path or a postgresql:// URL)"
+    )
 
 
 @dataclass(frozen=True)
@@ -55,77 +79,81 @@ class SinkRecord:
     position: Position
 
 
-class SqliteUpsertSink:
-    """Latest value per key in a SQLite table, effectively once. See the module docstring."""
+class SqlUpsertSink:
+    """Latest value per key in a SQL table, effectively once. See the module docstring.
+
+    Config: ``database`` (a SQLite path or a ``postgresql://`` URL), ``table``
+    (a plain identifier, default ``kv``). Opens its connection in ``open``
+    (where it runs); not picklable once open.
+    """
 
     def __init__(self) -> None:
-        self._db: sqlite3.Connection | None = None
+        self._backend: SqlBackend | None = None
         self._lock = threading.Lock()
         self.table = "kv"
         self.written = 0
         self.skipped = 0
 
+    @property
+    def backend(self) -> SqlBackend:
+        if self._backend is None:
+            raise ConfigurationError("the sink is not open")
+        return self._backend
+
+    @property
+    def schema(self) -> str:
+        return self.backend.schema(self.table)
+
     def open(self, config: dict[str, Any], context: Any = None) -> None:
-        database = config.get("database")
-        if not isinstance(database, str) or not database:
-            raise ConfigurationError("sink config needs 'database' (a SQLite file path)")
-        self.table = _ident(config.get("table", "kv"), "table")
-        self._db = sqlite3.connect(database, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(
-            f"CREATE TABLE IF NOT EXISTS {self.table} "
-            "(key TEXT PRIMARY KEY, value TEXT NOT NULL, position TEXT NOT NULL)"
-        )
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS _pss_positions "
-            "(topic TEXT PRIMARY KEY, ledger INTEGER, entry INTEGER, batch INTEGER)"
-        )
+        table = plain_identifier(config.get("table", "kv"), "table")
+        backend = open_backend(config.get("database"))
+        try:
+            backend.create_tables(table)
+        except BaseException:
+            backend.close()
+            raise
+        self.table = table
+        self._backend = backend
 
     def write(self, record: SinkRecord) -> bool:
         """Apply one record; ``False`` when it was already applied (a redelivery)."""
-        db = self._db
-        if db is None:
-            raise ConfigurationError("the sink is not open")
+        backend = self.backend
         if record.key is None:
             raise ValueError(f"record at {record.position} on {record.topic} has no key")
-        pos = record.position
         with self._lock:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                row = db.execute(
-                    "SELECT ledger, entry, batch FROM _pss_positions WHERE topic = ?",
-                    (record.topic,),
-                ).fetchone()
-                if row is not None and not pos > Position(*row):
-                    db.execute("ROLLBACK")
-                    self.skipped += 1
-                    return False
-                if record.value:
-                    db.execute(
-                        f"INSERT INTO {self.table} (key, value, position) VALUES (?, ?, ?) "
-                        "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
-                        "position = excluded.position",
-                        (record.key, record.value.decode(), str(pos)),
-                    )
-                else:
-                    db.execute(f"DELETE FROM {self.table} WHERE key = ?", (record.key,))
-                db.execute(
-                    "INSERT INTO _pss_positions (topic, ledger, entry, batch) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT(topic) DO UPDATE SET ledger = excluded.ledger, "
-                    "entry = excluded.entry, batch = excluded.batch",
-                    (record.topic, pos.ledger, pos.entry, pos.batch),
-                )
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-        self.written += 1
-        return True
+            applied = backend.apply(
+                self.table, record.topic, record.key, record.value, record.position
+            )
+        if applied:
+            self.written += 1
+        else:
+            self.skipped += 1
+        return applied
+
+    def applied_position(self, topic: str) -> Position | None:
+        """The position of the last record of ``topic`` applied (committed), if any."""
+        with self.backend.transaction(None) as cur:
+            return self.backend.applied_position(cur, topic)
+
+    def rows(self) -> dict[str, str]:
+        """The table's contents, ``key -> value``."""
+        return self.backend.rows(self.table)
+
+    def metadata_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        """``config`` as recorded in the core: the database password redacted."""
+        recorded = dict(config)
+        if isinstance(recorded.get("database"), str):
+            recorded["database"] = redact_database(recorded["database"])
+        return recorded
 
     def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        if self._backend is not None:
+            self._backend.close()
+            self._backend = None
+
+
+#: the name before PostgreSQL support; the same sink
+SqliteUpsertSink = SqlUpsertSink
 
 
 def record_metadata(
@@ -151,22 +179,23 @@ def record_metadata(
 
 
 class SinkFunction(Function):  # type: ignore[misc]
-    """Runs :class:`SqliteUpsertSink` inside the functions runtime (no output topic).
+    """Runs :class:`SqlUpsertSink` inside the functions runtime (no output topic).
 
-    User config: ``database``, ``table`` (default ``kv``), optional
+    User config: ``database`` (SQLite path or ``postgresql://`` URL), ``table``
+    (default ``kv``), optional
     ``metadataTopic`` and ``adminUrl`` for the config record in the core.
     """
 
     def __init__(self) -> None:
-        self._sink: SqliteUpsertSink | None = None
+        self._sink: SqlUpsertSink | None = None
         self._lock = threading.Lock()
         self.config_version: int | None = None
 
-    def _open(self, context: Any) -> SqliteUpsertSink:
+    def _open(self, context: Any) -> SqlUpsertSink:
         with self._lock:
             if self._sink is None:
                 config = dict(context.get_user_config_map())
-                sink = SqliteUpsertSink()
+                sink = SqlUpsertSink()
                 sink.open(config, context)
                 metadata_topic = config.get("metadataTopic")
                 if metadata_topic:
@@ -175,9 +204,11 @@ class SinkFunction(Function):  # type: ignore[misc]
                         metadata_topic,
                         admin_url=config.get("adminUrl"),
                     ) as records:
-                        schema = f"{sink.table}(key TEXT PRIMARY KEY, value TEXT, position TEXT)"
                         self.config_version = record_metadata(
-                            records, context.get_function_name(), config, schema
+                            records,
+                            context.get_function_name(),
+                            sink.metadata_config(config),
+                            sink.schema,
                         )
                 self._sink = sink
             return self._sink

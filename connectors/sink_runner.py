@@ -5,7 +5,7 @@ Config (YAML or JSON)::
     serviceUrl: pulsar://127.0.0.1:6650
     topic: persistent://public/default/orders      # keyed records
     subscription: orders-sink                       # failover: one active runner
-    database: /var/lib/orders.db
+    database: /var/lib/orders.db                    # or postgresql://user:pass@host:5432/db
     table: orders
     name: orders-sink                               # for the metadata record
     adminUrl: http://127.0.0.1:8080                 # optional: protect metadataTopic
@@ -26,7 +26,7 @@ import click
 import pulsar
 import yaml
 
-from pulsar_state.connectors.sink import SinkRecord, SqliteUpsertSink, record_metadata
+from pulsar_state.connectors.sink import SinkRecord, SqlUpsertSink, record_metadata
 from pulsar_state.errors import ConfigurationError, PulsarStateError
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import PulsarMap
@@ -36,13 +36,13 @@ __all__ = ["run_sink", "sink"]
 log = logging.getLogger(__name__)
 
 
-def run_sink(config: dict[str, Any], *, max_idle_s: float | None = None) -> SqliteUpsertSink:
+def run_sink(config: dict[str, Any], *, max_idle_s: float | None = None) -> SqlUpsertSink:
     """Consume and write until interrupted (or idle for ``max_idle_s``)."""
     for key in ("serviceUrl", "topic", "subscription", "database"):
         if not config.get(key):
             raise ConfigurationError(f"sink config needs {key!r}")
     client = pulsar.Client(config["serviceUrl"], logger=logging.getLogger("pulsar.client"))
-    sink = SqliteUpsertSink()
+    sink = SqlUpsertSink()
     try:
         sink.open(config)
         if config.get("metadataTopic"):
@@ -50,7 +50,10 @@ def run_sink(config: dict[str, Any], *, max_idle_s: float | None = None) -> Sqli
                 client, config["metadataTopic"], admin_url=config.get("adminUrl")
             ) as records:
                 version = record_metadata(
-                    records, config.get("name", config["subscription"]), config, sink.table
+                    records,
+                    config.get("name", config["subscription"]),
+                    sink.metadata_config(config),
+                    sink.schema,
                 )
                 log.info("sink config version %s", version)
         consumer = client.subscribe(
@@ -90,7 +93,7 @@ def run_sink(config: dict[str, Any], *, max_idle_s: float | None = None) -> Sqli
 
 @click.group()
 def sink() -> None:
-    """The SQL sink (SQLite) outside the functions runtime."""
+    """The SQL sink (SQLite or PostgreSQL) outside the functions runtime."""
 
 
 @sink.command()

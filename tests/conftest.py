@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pulsar
 import pytest
 from harness import PulsarEndpoint, start_endpoint, stop_endpoint
+from postgres_server import PostgresServer, start_server
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 
@@ -64,3 +66,23 @@ def client(pulsar_endpoint: PulsarEndpoint) -> Iterator[pulsar.Client]:
         yield c
     finally:
         c.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server (see ``postgres_server.py``), started once if a test asks."""
+    data_dir = os.environ.get("PULSAR_STATE_TEST_DATA_DIR")
+    server = start_server(Path(data_dir).name if data_dir else "test")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def sql_database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The SQL sink's ``database``: a SQLite file, or a fresh database on the real server."""
+    if request.param == "sqlite":
+        return str(tmp_path / "sink.db")
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return server.create_database()

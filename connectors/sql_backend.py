@@ -1,0 +1,170 @@
+"""What the SQL sink needs from a database, and how one is chosen by its ``database`` string.
+
+A :class:`SqlBackend` applies one record effectively once: in **one database
+transaction** it locks the topic's stored position, skips the record when it is
+at or before that position, upserts (or deletes) the row and stores the new
+position. The algorithm lives here; a backend only says how to connect, how to
+open a transaction that serializes writers of the same topic, and how its SQL
+is spelled (placeholders, column types).
+
+``database`` selects the backend (:func:`pulsar_state.connectors.sink.open_backend`):
+
+* ``postgresql://user:pass@host:port/db`` (or ``postgres://``): PostgreSQL,
+  through psycopg 3 (the ``postgres`` extra), see :mod:`.postgres_backend`;
+* anything else without a URL scheme: a SQLite file path (the embedded
+  default), see :mod:`.sqlite_backend`.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from pulsar_state.errors import ConfigurationError, PulsarStateError
+from pulsar_state.position import Position
+
+__all__ = [
+    "POSITIONS_TABLE",
+    "Cursor",
+    "SinkDatabaseError",
+    "SqlBackend",
+    "plain_identifier",
+    "redact_database",
+]
+
+POSITIONS_TABLE = "_pss_positions"
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class SinkDatabaseError(PulsarStateError):
+    """The sink's database failed: unreachable, refused the login, or a statement failed.
+
+    ``retriable`` is true when trying again later can succeed (the server was
+    unreachable or the connection dropped); the record was then not applied.
+    """
+
+    def __init__(self, message: str, *, retriable: bool = False) -> None:
+        self.retriable = retriable
+        super().__init__(message)
+
+
+def plain_identifier(name: Any, what: str) -> str:
+    """``name`` if a plain SQL identifier (letters, digits, ``_``), else ConfigurationError."""
+    if not isinstance(name, str) or not _IDENT.fullmatch(name):
+        raise ConfigurationError(f"{what} must be a plain SQL identifier, got {name!r}")
+    return name
+
+
+def redact_database(database: str) -> str:
+    """The ``database`` string without a password, for logs and the metadata record."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:/@]*):[^@/]*@", r"\1:***@", database)
+
+
+class Cursor(Protocol):
+    """The part of a DB-API cursor the backends use."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ..., /) -> Any: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+class SqlBackend(ABC):
+    """One database connection of a sink; not shared between sinks."""
+
+    #: ``sqlite`` or ``postgresql``
+    kind: str
+    #: the parameter placeholder of the driver
+    placeholder: str
+    #: the column type of ledger/entry/batch numbers
+    integer_type: str
+
+    # -- what a backend provides ---------------------------------------------------------
+
+    @abstractmethod
+    def transaction(self, topic: str | None) -> AbstractContextManager[Cursor]:
+        """A transaction, committed on success, rolled back on an exception.
+
+        With a ``topic``, no other writer of that topic's position runs
+        concurrently (the stored position cannot change under the caller).
+        Database failures raise :class:`SinkDatabaseError`.
+        """
+
+    @abstractmethod
+    def execute_ddl(self, statements: Sequence[str]) -> None:
+        """Run ``CREATE ... IF NOT EXISTS`` statements (committed)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+
+    # -- shared -----------------------------------------------------------------------------
+
+    def _sql(self, text: str) -> str:
+        return text.replace("?", self.placeholder)
+
+    def schema(self, table: str) -> str:
+        """The data table's definition, as recorded in the sink's metadata."""
+        return f"{table}(key TEXT PRIMARY KEY, value TEXT NOT NULL, position TEXT NOT NULL)"
+
+    def create_tables(self, table: str) -> None:
+        n = self.integer_type
+        self.execute_ddl(
+            [
+                f"CREATE TABLE IF NOT EXISTS {self.schema(table)}",
+                f"CREATE TABLE IF NOT EXISTS {POSITIONS_TABLE} "
+                f"(topic TEXT PRIMARY KEY, ledger {n}, entry {n}, batch {n})",
+            ]
+        )
+
+    def applied_position(self, cur: Cursor, topic: str) -> Position | None:
+        """The position stored for ``topic`` (read inside :meth:`transaction`)."""
+        row = cur.execute(
+            self._sql(f"SELECT ledger, entry, batch FROM {POSITIONS_TABLE} WHERE topic = ?"),
+            (topic,),
+        ).fetchone()
+        if row is None or row[0] is None:
+            return None
+        return Position(int(row[0]), int(row[1]), int(row[2]))
+
+    def apply(self, table: str, topic: str, key: str, value: bytes, position: Position) -> bool:
+        """Upsert (or, for an empty value, delete) ``key`` unless ``position`` was applied.
+
+        Returns ``False`` for a record at or before the stored position (a
+        redelivery: nothing changes). Row change and position are one transaction.
+        """
+        with self.transaction(topic) as cur:
+            applied = self.applied_position(cur, topic)
+            if applied is not None and not position > applied:
+                return False
+            if value:
+                cur.execute(
+                    self._sql(
+                        f"INSERT INTO {table} (key, value, position) VALUES (?, ?, ?) "
+                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value, "
+                        "position = excluded.position"
+                    ),
+                    (key, value.decode(), str(position)),
+                )
+            else:
+                cur.execute(self._sql(f"DELETE FROM {table} WHERE key = ?"), (key,))
+            cur.execute(
+                self._sql(
+                    f"INSERT INTO {POSITIONS_TABLE} (topic, ledger, entry, batch) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (topic) DO UPDATE SET "
+                    "ledger = excluded.ledger, entry = excluded.entry, batch = excluded.batch"
+                ),
+                (topic, position.ledger, position.entry, position.batch),
+            )
+        return True
+
+    def rows(self, table: str) -> dict[str, str]:
+        """Every ``key -> value`` of the data table (for tools and tests)."""
+        with self.transaction(None) as cur:
+            cur.execute(f"SELECT key, value FROM {table}")
+            return {str(key): str(value) for key, value in cur.fetchall()}
