@@ -7,6 +7,7 @@ import signal
 from collections import Counter
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pulsar
 import pytest
@@ -29,9 +30,38 @@ def _instance_pids(name: str) -> list[int]:
     return pids
 
 
+def _instances(admin: PulsarAdminCli, fqn: tuple[str, str, str]) -> dict[int, dict[str, Any]]:
+    """instance id -> its status, from ``pulsar-admin functions status``."""
+    return {i["instanceId"]: i["status"] for i in admin.function_status(fqn)["instances"]}
+
+
+def _all_running(admin: PulsarAdminCli, fqn: tuple[str, str, str], n: int) -> bool:
+    instances = _instances(admin, fqn)
+    return sorted(instances) == list(range(n)) and all(s["running"] for s in instances.values())
+
+
+def _partition_consumers(endpoint: PulsarEndpoint, topic: str, subscription: str) -> list[int]:
+    """Consumers of the function's subscription on each partition of ``topic``."""
+    path = topic.removeprefix("persistent://")
+    stats = endpoint.admin(
+        "GET", f"/admin/v2/persistent/{path}/partitioned-stats?perPartition=true"
+    )
+    if stats.status_code == 404:  # the topic was deleted (inactive): no consumer
+        return []
+    stats.raise_for_status()
+    partitions = stats.json()["partitions"]
+    return [
+        len(partitions[p]["subscriptions"].get(subscription, {}).get("consumers", []))
+        for p in sorted(partitions)
+    ]
+
+
 def test_word_count_is_exact_across_an_instance_kill(
     pulsar_endpoint: PulsarEndpoint, client: pulsar.Client
 ) -> None:
+    """One function through its life with pulsar-admin: create (parallelism 2 on a
+    2-partition input), an instance SIGKILLed, ``functions update`` to 1, delete.
+    Counters stay exact and the instance assignment stays right at every step."""
     if pulsar_endpoint.broker is None:
         pytest.skip("needs the embedded broker (kills a function instance process)")
     admin = PulsarAdminCli(admin_url=pulsar_endpoint.admin_url)
@@ -39,6 +69,11 @@ def test_word_count_is_exact_across_an_instance_kill(
     fqn = ("public", "default", name)
     source = f"persistent://public/default/{name}-in"
     state_topic = f"persistent://public/default/{name}-state"
+    subscription = f"public/default/{name}"  # the functions runtime's default
+    created = pulsar_endpoint.admin(
+        "PUT", f"/admin/v2/persistent/public/default/{name}-in/partitions", json=2
+    )
+    assert created.status_code in (200, 204), created.text
     admin.create_function(
         fqn=fqn,
         py=Path(str(resources.files("pulsar_state.functions") / "wordcount_entry.py")),
@@ -57,10 +92,17 @@ def test_word_count_is_exact_across_an_instance_kill(
     )
     try:
         wait_until(
-            lambda: admin.function_status(fqn)["numRunning"] == 2,
+            lambda: _all_running(admin, fqn, 2),
             timeout_s=120,
             interval_s=1,
-            message="two instances running",
+            message="instances 0 and 1 running",
+        )
+        # failover on each partition: both instances attached, one active per partition
+        wait_until(
+            lambda: _partition_consumers(pulsar_endpoint, source, subscription) == [2, 2],
+            timeout_s=120,
+            interval_s=1,
+            message="two consumers on each partition",
         )
         producer = client.create_producer(source)
         lines = [f"alpha beta w{i % 5}" for i in range(40)]
@@ -74,8 +116,9 @@ def test_word_count_is_exact_across_an_instance_kill(
                 timeout_s=120,
                 message="first half counted",
             )
-            for pid in _instance_pids(name):  # the worker restarts killed instances
-                os.kill(pid, signal.SIGKILL)
+            killed = _instance_pids(name)
+            assert len(killed) == 2
+            os.kill(killed[0], signal.SIGKILL)  # one instance; the worker restarts it
             for line in lines[20:]:
                 producer.send(line.encode())
             expected = Counter(word for line in lines for word in line.split())
@@ -92,6 +135,20 @@ def test_word_count_is_exact_across_an_instance_kill(
             }
             assert counts == dict(expected)  # nothing lost, nothing counted twice
             assert state.get("state/last").result() is not None
+            # the killed instance came back as a new process; still instances 0 and 1
+            wait_until(
+                lambda: (
+                    _all_running(admin, fqn, 2)
+                    and len(pids := _instance_pids(name)) == 2
+                    and killed[0] not in pids
+                    and killed[1] in pids
+                ),
+                timeout_s=120,
+                interval_s=1,
+                message="the killed instance restarted, the other untouched",
+            )
+            restarts = sum(s["numRestarts"] for s in _instances(admin, fqn).values())
+            assert restarts >= 1
 
             # an update of the function (parallelism 2 -> 1) keeps the state exact
             admin.run(
@@ -107,11 +164,20 @@ def test_word_count_is_exact_across_an_instance_kill(
                 "1",
             )
             wait_until(
-                lambda: admin.function_status(fqn)["numInstances"] == 1,
+                lambda: (
+                    admin.function_status(fqn)["numInstances"] == 1 and _all_running(admin, fqn, 1)
+                ),
                 timeout_s=120,
                 interval_s=1,
-                message="updated to one instance",
+                message="updated to one running instance (id 0)",
             )
+            wait_until(
+                lambda: _partition_consumers(pulsar_endpoint, source, subscription) == [1, 1],
+                timeout_s=120,
+                interval_s=1,
+                message="one consumer left on each partition",
+            )
+            assert len(_instance_pids(name)) == 1
             more = [f"alpha gamma w{i}" for i in range(10)]
             for line in more:
                 producer.send(line.encode())
@@ -125,6 +191,15 @@ def test_word_count_is_exact_across_an_instance_kill(
             assert state.get("counter/gamma").result() == 10
     finally:
         admin.delete_function(fqn)
+    # deleted: not listed, no instance process, no consumer left
+    listed = admin.run("functions", "list", "--tenant", "public", "--namespace", "default")
+    assert name not in listed.split()
+    wait_until(lambda: not _instance_pids(name), timeout_s=60, message="instances gone")
+    wait_until(
+        lambda: sum(_partition_consumers(pulsar_endpoint, source, subscription)) == 0,
+        timeout_s=60,
+        message="no consumer on the input",
+    )
     # deleting the function leaves its state readable
     with PulsarMap[str, object](client, state_topic, admin_url=pulsar_endpoint.admin_url) as state:
         assert state.get("counter/alpha").result() == 50
