@@ -26,6 +26,7 @@ import click
 import pulsar
 import yaml
 
+from pulsar_state.cli_options import client_logger
 from pulsar_state.connectors.sink import SinkRecord, SqlUpsertSink, record_metadata
 from pulsar_state.errors import ConfigurationError, PulsarStateError
 from pulsar_state.position import Position
@@ -41,7 +42,8 @@ def run_sink(config: dict[str, Any], *, max_idle_s: float | None = None) -> SqlU
     for key in ("serviceUrl", "topic", "subscription", "database"):
         if not config.get(key):
             raise ConfigurationError(f"sink config needs {key!r}")
-    client = pulsar.Client(config["serviceUrl"], logger=logging.getLogger("pulsar.client"))
+    # the native logger: a Python one can abort the process at exit (see cli_options)
+    client = pulsar.Client(config["serviceUrl"], logger=client_logger())
     sink = SqlUpsertSink()
     try:
         sink.open(config)

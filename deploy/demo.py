@@ -8,7 +8,6 @@ counter without losing an increment, and an atomic multi-key write.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 import uuid
@@ -37,8 +36,8 @@ def _shared_state_demo(service_url: str, admin_url: str, suffix: str) -> None:
     """Two managers, several threads, one counter: nothing lost, one log."""
     topic = f"persistent://public/default/demo-state-{suffix}"
     _step(f"shared state: two PulsarMaps on {topic}, 4 threads each incrementing")
-    quiet = logging.getLogger("pulsar.client")  # fencing is expected here: keep it quiet
-    clients = [pulsar.Client(service_url, logger=quiet) for _ in range(2)]
+    # fencing is expected here: keep the native log quiet (errors only)
+    clients = [pulsar.Client(service_url, logger=client_logger()) for _ in range(2)]
     maps = [PulsarMap[str, int](c, topic, admin_url=admin_url) for c in clients]
     try:
         per_thread = 25

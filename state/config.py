@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from pulsar_state.errors import ConfigurationError
 from pulsar_state.retry import RetryPolicy
 
-__all__ = ["AccessMode", "StateConfig"]
+__all__ = ["DEFAULT_COMPACTION_THRESHOLD_BYTES", "AccessMode", "StateConfig"]
+
+#: automatic compaction threshold of keyed recipes (maps, metadata) unless configured
+DEFAULT_COMPACTION_THRESHOLD_BYTES = 16 * 1024 * 1024
 
 AccessMode = Literal["fencing", "wait", "exclusive"]
 _ACCESS_MODES = ("fencing", "wait", "exclusive")
@@ -39,7 +42,10 @@ class StateConfig:
         ensure_retention: set infinite retention and no inactive-topic deletion
             on the topic (needs ``admin_url``); a failure is an error.
         compaction_threshold_bytes: topic compaction threshold to set for
-            compactable (keyed, last-value-wins) state; ``None`` leaves it alone.
+            compactable (keyed, last-value-wins) state; ``None``: the recipe's
+            default (:data:`DEFAULT_COMPACTION_THRESHOLD_BYTES` for ``PulsarMap``
+            and ``MetadataStore``; left alone by the generic manager); ``0``
+            turns the broker's automatic compaction off for the topic.
         subscription_prefix: prefix of each manager's own tail subscription.
     """
 
@@ -85,6 +91,12 @@ class StateConfig:
             raise ConfigurationError("compaction_threshold_bytes must be >= 0")
         if not self.subscription_prefix:
             raise ConfigurationError("subscription_prefix must not be empty")
+
+    def with_default_compaction(self, threshold_bytes: int) -> StateConfig:
+        """This config, with ``threshold_bytes`` if no compaction threshold was chosen."""
+        if self.compaction_threshold_bytes is not None:
+            return self
+        return replace(self, compaction_threshold_bytes=threshold_bytes)
 
     @property
     def effective_idle_release_s(self) -> float | None:

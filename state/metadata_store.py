@@ -32,7 +32,7 @@ from concurrent.futures import Future
 
 import pulsar
 
-from pulsar_state.config import StateConfig
+from pulsar_state.config import DEFAULT_COMPACTION_THRESHOLD_BYTES, StateConfig
 from pulsar_state.errors import ConfigurationError, PulsarStateError, StateClosedError
 from pulsar_state.manager import SharedStateManager
 from pulsar_state.metadata_base import BaseMetadataStore
@@ -98,7 +98,9 @@ class MetadataStore(BaseMetadataStore):
             codec=_MetaCodec(),
             initializer=MetadataTree,
             applier=self._apply,
-            config=config or StateConfig(compaction_threshold_bytes=16 * 1024 * 1024),
+            config=(config or StateConfig()).with_default_compaction(
+                DEFAULT_COMPACTION_THRESHOLD_BYTES
+            ),
             admin_url=admin_url,
             admin_headers=admin_headers,
             compactable=True,

@@ -21,7 +21,7 @@ from typing import Any, Generic, Self, TypeVar
 
 import pulsar
 
-from pulsar_state.config import StateConfig
+from pulsar_state.config import DEFAULT_COMPACTION_THRESHOLD_BYTES, StateConfig
 from pulsar_state.manager import SharedStateManager
 from pulsar_state.position import Position
 from pulsar_state.serde import JsonSerde, KeySerde, Serde, StrKeySerde
@@ -33,7 +33,6 @@ K = TypeVar("K")
 V = TypeVar("V")
 R = TypeVar("R")
 
-DEFAULT_COMPACTION_THRESHOLD_BYTES = 16 * 1024 * 1024
 
 _DELETE: Any = object()
 
@@ -117,8 +116,9 @@ class PulsarMap(Generic[K, V]):
             codec=self._codec,
             initializer=dict,
             applier=_apply,
-            config=config
-            or StateConfig(compaction_threshold_bytes=DEFAULT_COMPACTION_THRESHOLD_BYTES),
+            config=(config or StateConfig()).with_default_compaction(
+                DEFAULT_COMPACTION_THRESHOLD_BYTES
+            ),
             admin_url=admin_url,
             admin_headers=admin_headers,
             compactable=True,

@@ -67,6 +67,17 @@ def test_config_is_validated_eagerly() -> None:
     assert StateConfig().effective_idle_release_s is None
 
 
+def test_keyed_recipes_keep_a_compaction_threshold_under_a_custom_config() -> None:
+    # a config chosen for other knobs must not turn automatic compaction off
+    custom = StateConfig(ensure_retention=False).with_default_compaction(1024)
+    assert custom.compaction_threshold_bytes == 1024
+    assert custom.ensure_retention is False
+    # an explicit choice wins, 0 (off) included
+    assert StateConfig(compaction_threshold_bytes=0).with_default_compaction(1024) == StateConfig(
+        compaction_threshold_bytes=0
+    )
+
+
 def test_retry_policy_backoff_and_exhaustion() -> None:
     slept: list[float] = []
     policy = RetryPolicy(
