@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SOURCES := setup.py pyproject.toml $(shell find state functions connectors deploy -name '*.py' -o -name '*.yaml' -o -name py.typed 2>/dev/null)
 
-.PHONY: test-faults bench-core bench-spark deploy undeploy package run test test-unit test-integration lint format broker-start broker-stop clean
+.PHONY: bench test-faults bench-core bench-spark deploy undeploy package run test test-unit test-integration lint format broker-start broker-stop clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,17 @@ clean:
 	-$(VENV)/bin/pulsar-state broker stop --data-dir .pulsar/run
 	-$(VENV)/bin/pulsar-state broker stop --data-dir .pulsar/test
 	rm -rf build .pulsar .pytest_cache .mypy_cache .ruff_cache *.egg-info
+
+BENCH_STAMP := $(VENV)/.installed-bench
+
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,bench]' --config-settings editable_mode=strict
+	touch $(BENCH_STAMP)
+
+# against etcd and ZooKeeper (installed from Debian's packages when missing),
+# TableView and raw Pulsar: bench/results/peers.md; BENCH_ARGS="--rounds 5 ..."
+bench: $(BENCH_STAMP)
+	$(PY) -m bench.peers $(BENCH_ARGS)
 
 bench-core: $(STAMP)
 	$(PY) -m bench.core

@@ -57,6 +57,8 @@ setup(
         # What the functions worker's Python runner needs (grpc, protobuf, ...)
         "functions": [PULSAR_CLIENT.replace("pulsar-client", "pulsar-client[functions]")],
         "spark": ["pyspark>=4.1,<5", "pyarrow>=15"],
+        # `make bench`: the peers' usual Python clients and the plots
+        "bench": ["aetcd>=1.0", "kazoo>=2.10", "matplotlib>=3.8"],
         # the SQL sink on PostgreSQL (selected by a postgresql:// URL)
         "postgres": [PSYCOPG],
         "test": [

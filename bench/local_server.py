@@ -1,0 +1,113 @@
+"""A peer server (etcd, ZooKeeper) run from Debian's packages on loopback, for benchmarks.
+
+:class:`LocalServer` installs the package with apt-get when its binary is
+missing (as root, idempotent), starts the server in its own process group with
+a private data directory under the git-ignored ``.cache/bench/``, waits until
+its client port answers, and stops exactly the process group it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import IO
+
+REPO = Path(__file__).resolve().parent.parent
+CACHE = REPO / ".cache" / "bench"
+APT = ["apt-get", "-o", "DPkg::Lock::Timeout=600"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def ensure_package(package: str, probe: str) -> None:
+    """Install the Debian ``package`` unless ``probe`` (a path or a command) exists."""
+    if Path(probe).exists() or shutil.which(probe):
+        return
+    if os.geteuid() != 0:
+        raise RuntimeError(f"{package} is not installed and installing it needs root")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    print(f"installing the Debian package {package}", flush=True)
+    subprocess.run([*APT, "update", "-q"], check=True, env=env, capture_output=True)
+    subprocess.run([*APT, "install", "-y", "-q", package], check=True, env=env, capture_output=True)
+    if not (Path(probe).exists() or shutil.which(probe)):
+        raise RuntimeError(f"installed {package} but {probe} is still missing")
+
+
+class LocalServer:
+    """One server process on 127.0.0.1:``port``; subclasses give the command line."""
+
+    name = "server"
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.data_dir = CACHE / self.name
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def prepare(self) -> None:
+        """Install and write configuration; called before :meth:`command`."""
+
+    def start(self, timeout_s: float = 60.0) -> LocalServer:
+        self.prepare()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+        self.data_dir.mkdir(parents=True)
+        self.prepare_data()
+        self._log = (self.data_dir.parent / f"{self.name}.log").open("wb")
+        self._process = subprocess.Popen(
+            self.command(),
+            cwd=self.data_dir,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited at start; see {self._log.name}")
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), timeout=1),
+            ):
+                if self.ready():
+                    return self
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"{self.name} did not answer on port {self.port} in {timeout_s}s")
+
+    def prepare_data(self) -> None:
+        """Files the server needs in its fresh data directory."""
+
+    def ready(self) -> bool:
+        return True
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._process.pid, signal.SIGTERM)
+            try:
+                self._process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self._process.pid, signal.SIGKILL)
+                self._process.wait()
+        if self._log is not None:
+            self._log.close()
+
+    def __enter__(self) -> LocalServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
