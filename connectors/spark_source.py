@@ -20,7 +20,8 @@ Modes (option ``mode``):
   ``publish_time``, from the raw log.
 * streaming (``spark.readStream.format("pulsar_state")``): micro-batches of
   changes; offsets are JSON ``{"position": "l:e:b", "epoch": n}`` so a batch
-  replays deterministically.
+  replays deterministically. ``trigger(availableNow=True)`` reads what the
+  topic held when the query started, then stops.
 
 Other options: ``valueFormat`` (``json``: the value as JSON text, validated;
 ``string``; ``binary``), ``includeMetadata`` (adds ``position`` and
@@ -58,6 +59,7 @@ from pyspark.sql.datasource import (
     InputPartition,
     SimpleDataSourceStreamReader,
 )
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from pulsar_state.admin import topic_path
@@ -411,19 +413,30 @@ def _chunks(
         yield _to_arrow(opts, schema, part)
 
 
-class PulsarStateStreamReader(SimpleDataSourceStreamReader):
-    """Micro-batches of changes. Runs on the driver (a state topic is small)."""
+class PulsarStateStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches of changes. Runs on the driver (a state topic is small).
+
+    With ``Trigger.AvailableNow`` the topic's last position when the query
+    starts is the target: no batch reads past it, so writes made while the
+    query runs wait for the next query.
+    """
 
     def __init__(self, opts: SourceOptions, schema: StructType) -> None:
         self.opts = opts
         self.schema = schema
+        self._target: Position | None = None
         opts.check_topic()
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 (Spark's name)
         return {"position": str(START), "epoch": 0}
 
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 (Spark's name)
+        self._target = self.opts.last_position()
+
     def read(self, start: dict[str, Any]) -> tuple[Iterator[tuple[Any, ...]], dict[str, Any]]:
         end = self.opts.last_position()
+        if self._target is not None:
+            end = min(end, self._target)
         rows, epoch = self._changes(start, end)
         return iter(rows), {
             "position": str(max(end, Position.parse(start["position"]))),

@@ -180,6 +180,84 @@ def test_streaming_changes(
             query.stop()
 
 
+def _stream_reader(spark: SparkSession, ep: PulsarEndpoint, topic: str) -> Any:
+    """The stream reader Spark would build, driven directly (as Spark's driver does)."""
+    source = PulsarStateDataSource(
+        {
+            "serviceUrl": ep.service_url,
+            "adminUrl": ep.admin_url,
+            "topic": topic,
+            "mode": "changelog",
+        }
+    )
+    return source.simpleStreamReader(spark.createDataFrame([], source.schema()).schema)
+
+
+def test_stream_batches_replay_deterministically_and_available_now_stops_at_its_target(
+    spark: SparkSession,
+    pulsar_endpoint: PulsarEndpoint,
+    make_client: ClientFactory,
+    admin_url: str,
+) -> None:
+    topic = unique_topic("stream-replay")
+    with PulsarMap[str, int](make_client(), topic, admin_url=admin_url) as m:
+        m.put("a", 1).result()
+        m.put("b", 2).result()
+        reader = _stream_reader(spark, pulsar_endpoint, topic)
+        reader.prepareForTriggerAvailableNow()  # target: a, b
+        m.put("c", 3).result()  # after the target: not in this query
+        start = reader.initialOffset()
+        rows, end = reader.read(start)
+        first = [(r[0], r[1], r[2]) for r in rows]
+        assert first == [("a", "1", "put"), ("b", "2", "put")]
+        assert reader.read(end)[1] == end  # nothing more for this query
+        m.delete("a").result()
+        # a batch replayed from its offsets (after a restart) is the same batch
+        again = [(r[0], r[1], r[2]) for r in reader.readBetweenOffsets(start, end)]
+        assert again == first
+        # a new query (no target) goes on from the committed offset
+        later = _stream_reader(spark, pulsar_endpoint, topic)
+        rest = [(r[0], r[1], r[2]) for r in later.read(end)[0]]
+        assert rest == [("c", "3", "put"), ("a", None, "delete")]
+
+
+def test_available_now_query_on_a_checkpoint(
+    spark: SparkSession,
+    pulsar_endpoint: PulsarEndpoint,
+    make_client: ClientFactory,
+    admin_url: str,
+    tmp_path: Any,
+) -> None:
+    topic = unique_topic("stream-now")
+
+    out = tmp_path / "out"
+
+    def run_once() -> list[tuple[Any, ...]]:
+        query = (
+            spark.readStream.format("pulsar_state")
+            .option("serviceUrl", pulsar_endpoint.service_url)
+            .option("adminUrl", admin_url)
+            .option("topic", topic)
+            .option("mode", "changelog")
+            .load()
+            .writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(120), "an availableNow query stops by itself"
+        rows = spark.read.parquet(str(out)).orderBy("ledger_id", "entry_id", "batch_index")
+        return [(r.key, r.value) for r in rows.collect()]
+
+    with PulsarMap[str, int](make_client(), topic, admin_url=admin_url) as m:
+        m.put_all({"a": 1, "b": 2}).result()
+        assert sorted(run_once()) == [("a", "1"), ("b", "2")]
+        m.put("c", 3).result()
+        # the second run resumes from the checkpoint: the new change only, nothing twice
+        assert sorted(run_once()) == [("a", "1"), ("b", "2"), ("c", "3")]
+
+
 def test_clear_errors(spark: SparkSession, pulsar_endpoint: PulsarEndpoint) -> None:
     with pytest.raises(Exception, match="does not exist"):
         _read(spark, pulsar_endpoint, unique_topic("missing")).collect()
