@@ -509,3 +509,38 @@ def test_clients_recover_from_a_broker_restart(
         assert m.get("n", latest=True).result(timeout=60) == 20
     with PulsarMap[str, int](make_client(), topic, admin_url=admin_url) as m:
         assert m.get("n").result() == 20
+
+
+# -- metrics ----------------------------------------------------------------------
+
+
+def test_metrics_count_writes_applies_fences_and_bootstrap(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    from prometheus_client import REGISTRY  # noqa: PLC0415
+
+    topic = unique_topic("metrics")
+
+    def value(name: str) -> float:
+        return REGISTRY.get_sample_value(name, {"topic": topic}) or 0.0
+
+    first = PulsarMap[str, int](make_client(), topic, admin_url=admin_url)
+    second = PulsarMap[str, int](make_client(), topic, admin_url=admin_url)
+    try:
+        assert value("pulsar_state_bootstrap_seconds") > 0
+        for i in range(3):
+            first.put("k", i).result()
+        assert value("pulsar_state_writes_total") == 3
+        # both managers apply every write once: 3 writes x 2 managers
+        wait_until(lambda: value("pulsar_state_applied_writes_total") >= 6)
+        assert value("pulsar_state_write_seconds_count") == 3
+        # writers taking the topic from each other are counted as fences
+        second.put("k", 10).result()
+        first.put("k", 11).result()
+        second.put("k", 12).result()
+        wait_until(lambda: value("pulsar_state_fences_total") >= 1)
+        assert first.get("k", latest=True).result() == 12
+        assert value("pulsar_state_lag_entries") == 0
+    finally:
+        first.close()
+        second.close()
