@@ -1,4 +1,4 @@
-"""A client process of the fault tests: random operations on one integer key.
+"""A client process of the fault tests: random operations on integer keys.
 
 Run as ``python register_worker.py '<json args>'``. Every operation is recorded
 in the history file as an ``invoke`` line *before* it starts and a ``return``
@@ -7,7 +7,9 @@ leaves at most an invocation without its return (an unknown outcome).
 
 Operations (on a :class:`~pulsar_state.PulsarMap`): ``read`` (``latest=True``),
 ``cas`` (``replace`` from the locally known value to that value + 1) and
-``incr`` (``update`` adding one; returns the new value).
+``incr`` (``update`` adding one; returns the new value). Each operation picks
+one of ``keys`` at random and records it; linearizability is local (Herlihy and
+Wing), so the checker checks each key's sub-history on its own.
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ class History:
         self._process = process
         self._seq = 0
 
-    def invoke(self, kind: str, value: Any) -> int:
+    def invoke(self, kind: str, value: Any, key: str) -> int:
         self._seq += 1
-        self._line({"type": "invoke", "op": self._seq, "kind": kind, "value": value})
+        self._line({"type": "invoke", "op": self._seq, "kind": kind, "value": value, "key": key})
         return self._seq
 
     def complete(
@@ -56,7 +58,7 @@ def run(args: dict[str, Any]) -> None:
     rng = random.Random(args["seed"])
     history = History(args["history"], args["process"])
     deadline = time.monotonic() + args["seconds"]
-    key = args["key"]
+    keys = args.get("keys") or [args["key"]]
     client = pulsar.Client(
         args["service_url"],
         operation_timeout_seconds=15,
@@ -68,8 +70,9 @@ def run(args: dict[str, Any]) -> None:
     ) as m:
         while time.monotonic() < deadline:
             kind = rng.choice(("read", "cas", "incr"))
+            key = rng.choice(keys)
             if kind == "read":
-                seq = history.invoke("read", None)
+                seq = history.invoke("read", None, key)
                 try:
                     value = m.get(key, latest=True).result(OP_TIMEOUT_S)
                 except (PulsarStateError, TimeoutError) as exc:
@@ -79,7 +82,7 @@ def run(args: dict[str, Any]) -> None:
             elif kind == "cas":
                 current = m.get(key).result(OP_TIMEOUT_S)  # a local read, not recorded
                 expected = 0 if current is None else current
-                seq = history.invoke("cas", [expected, expected + 1])
+                seq = history.invoke("cas", [expected, expected + 1], key)
                 try:
                     swapped = m.replace(key, expected, expected + 1).result(OP_TIMEOUT_S)
                 except (PulsarStateError, TimeoutError) as exc:
@@ -87,7 +90,7 @@ def run(args: dict[str, Any]) -> None:
                 else:
                     history.complete(seq, kind, "ok", swapped)
             else:
-                seq = history.invoke("incr", None)
+                seq = history.invoke("incr", None, key)
                 try:
                     new = m.update(key, lambda v: (v or 0) + 1).result(OP_TIMEOUT_S)
                 except (PulsarStateError, TimeoutError) as exc:

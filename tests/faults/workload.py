@@ -45,6 +45,8 @@ class Workload:
     topic: str
     key: str
     workdir: Path
+    #: keys the operations pick from (default: ``key`` alone)
+    keys: tuple[str, ...] = ()
     workers: int = 4
     seconds: float = 20.0
     seed: int = 0
@@ -69,6 +71,7 @@ class Workload:
             "admin_url": self.admin_url,
             "topic": self.topic,
             "key": self.key,
+            "keys": list(self.keys or (self.key,)),
             "history": str(self.workdir / f"history-{process}.jsonl"),
             "process": process,
             "seconds": remaining,
@@ -143,8 +146,8 @@ class HistoryStats:
         return len(self.ops)
 
 
-def load_history(workdir: Path) -> HistoryStats:
-    """Turn the workers' invoke/return lines into :class:`Op` s.
+def load_history(workdir: Path, key: str | None = None) -> HistoryStats:
+    """Turn the workers' invoke/return lines into :class:`Op` s (of ``key`` only, if given).
 
     ``fail`` (a read that raised) changed nothing and is dropped; ``info`` and a
     missing return mean the outcome is unknown.
@@ -156,11 +159,13 @@ def load_history(workdir: Path) -> HistoryStats:
             if not line.strip():
                 continue
             record = json.loads(line)
-            key = (record["process"], record["op"])
-            (invokes if record["type"] == "invoke" else returns)[key] = record
+            ident = (record["process"], record["op"])
+            (invokes if record["type"] == "invoke" else returns)[ident] = record
     stats = HistoryStats(ops=[])
-    for key, inv in invokes.items():
-        ret = returns.get(key)
+    for call_id, inv in invokes.items():
+        if key is not None and inv.get("key", key) != key:
+            continue
+        ret = returns.get(call_id)
         kind = inv["kind"]
         value = tuple(inv["value"]) if kind == "cas" else inv["value"]
         call = inv["time"] / 1e9
@@ -171,13 +176,13 @@ def load_history(workdir: Path) -> HistoryStats:
             stats.unknown += 1
             if kind != "read":
                 stats.unknown_writes += 1
-            stats.ops.append(Op(key[0], kind, value, None, call, INFINITY, known=False))
+            stats.ops.append(Op(call_id[0], kind, value, None, call, INFINITY, known=False))
             continue
         stats.ok += 1
         output = ret["output"]
         if (kind == "cas" and output) or kind == "incr":
             stats.acked_increments += 1
-        stats.ops.append(Op(key[0], kind, value, output, call, ret["time"] / 1e9))
+        stats.ops.append(Op(call_id[0], kind, value, output, call, ret["time"] / 1e9))
     return stats
 
 
