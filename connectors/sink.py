@@ -11,7 +11,8 @@ Effectively once: each write stores the record's position (ledger, entry,
 batch) for its topic in the same database transaction as the row change, and
 a record at or before the stored position is skipped. Redelivery after a crash
 therefore changes nothing; this needs records of a topic partition in order
-(one active consumer: a failover subscription, ``retainOrdering: true``).
+(one active consumer: a failover subscription, ``retainOrdering: true``, or
+the exclusive consumers of a runner group, :mod:`.sink_group`).
 
 Metadata in the core: on ``open`` the sink records its configuration (the
 database password redacted) and table schema, versioned, in a ``PulsarMap``

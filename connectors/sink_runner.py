@@ -4,23 +4,36 @@ Config (YAML or JSON)::
 
     serviceUrl: pulsar://127.0.0.1:6650
     topic: persistent://public/default/orders      # keyed records
-    subscription: orders-sink                       # failover: one active runner
+    subscription: orders-sink
     database: /var/lib/orders.db                    # or postgresql://user:pass@host:5432/db
     table: orders
-    name: orders-sink                               # for the metadata record
-    adminUrl: http://127.0.0.1:8080                 # optional: protect metadataTopic
+    name: orders-sink                               # the group and the metadata record
+    adminUrl: http://127.0.0.1:8080                 # needed by the group and metadataTopic
     metadataTopic: persistent://public/default/sink-metadata   # optional
+    # optional: a group of runners sharing the partitions (see .sink_group)
+    assignmentTopic: persistent://public/default/orders-sink-assignments
+    memberId: host-a                                # default <hostname>-<pid>
+    sessionTimeoutS: 10                             # a dead runner's partitions move after this
+
+Without ``assignmentTopic`` the runner subscribes to the whole topic with a
+failover subscription (one active runner per partition, chosen by the broker).
+With it, runners of the same ``name`` form a group whose leader assigns the
+input's partitions to them (:mod:`.sink_group`); each consumes only its own.
 
 Each record is written (effectively once, see :mod:`.sink`) before it is
-acknowledged.
+acknowledged. SIGINT and SIGTERM stop the runner cleanly (in a group, its
+partitions move at once).
 """
 
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Any, Protocol
 
 import click
 import pulsar
@@ -28,6 +41,7 @@ import yaml
 
 from pulsar_state.cli_options import client_logger
 from pulsar_state.connectors.sink import SinkRecord, SqlUpsertSink, record_metadata
+from pulsar_state.connectors.sink_group import LOCAL_KEYS, GroupSettings, SinkGroup
 from pulsar_state.errors import ConfigurationError, PulsarStateError
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import PulsarMap
@@ -37,42 +51,78 @@ __all__ = ["run_sink", "sink"]
 log = logging.getLogger(__name__)
 
 
-def run_sink(config: dict[str, Any], *, max_idle_s: float | None = None) -> SqlUpsertSink:
-    """Consume and write until interrupted (or idle for ``max_idle_s``)."""
+class _Source(Protocol):
+    def receive(self, timeout_ms: int) -> tuple[pulsar.Message, pulsar.Consumer] | None: ...
+
+    def close(self) -> None: ...
+
+
+class _FailoverSource:
+    """The single runner: the whole topic, a failover subscription."""
+
+    def __init__(self, client: pulsar.Client, topic: str, subscription: str) -> None:
+        self._consumer = client.subscribe(
+            topic,
+            subscription,
+            consumer_type=pulsar.ConsumerType.Failover,
+            initial_position=pulsar.InitialPosition.Earliest,
+        )
+
+    def receive(self, timeout_ms: int) -> tuple[pulsar.Message, pulsar.Consumer] | None:
+        try:
+            return self._consumer.receive(timeout_millis=timeout_ms), self._consumer
+        except pulsar.Timeout:
+            return None
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def run_sink(
+    config: dict[str, Any],
+    *,
+    max_idle_s: float | None = None,
+    stop: threading.Event | None = None,
+) -> SqlUpsertSink:
+    """Consume and write until ``stop`` is set, interrupted or idle for ``max_idle_s``."""
     for key in ("serviceUrl", "topic", "subscription", "database"):
         if not config.get(key):
             raise ConfigurationError(f"sink config needs {key!r}")
+    group = GroupSettings.from_config(config)  # validated before connecting
+    stop = stop or threading.Event()
     # the native logger: a Python one can abort the process at exit (see cli_options)
     client = pulsar.Client(config["serviceUrl"], logger=client_logger())
     sink = SqlUpsertSink()
     try:
         sink.open(config)
         if config.get("metadataTopic"):
+            shared = {k: v for k, v in config.items() if k not in LOCAL_KEYS}
             with PulsarMap[str, Any](
                 client, config["metadataTopic"], admin_url=config.get("adminUrl")
             ) as records:
                 version = record_metadata(
                     records,
                     config.get("name", config["subscription"]),
-                    sink.metadata_config(config),
+                    sink.metadata_config(shared),
                     sink.schema,
                 )
                 log.info("sink config version %s", version)
-        consumer = client.subscribe(
-            config["topic"],
-            config["subscription"],
-            consumer_type=pulsar.ConsumerType.Failover,
-            initial_position=pulsar.InitialPosition.Earliest,
-        )
+        source: _Source
+        if group is None:
+            source = _FailoverSource(client, config["topic"], config["subscription"])
+        else:
+            source = SinkGroup(
+                client, group, topic=config["topic"], subscription=config["subscription"]
+            ).start()
         idle_since = time.monotonic()
         try:
-            while True:
-                try:
-                    msg = consumer.receive(timeout_millis=500)
-                except pulsar.Timeout:
+            while not stop.is_set():
+                got = source.receive(500)
+                if got is None:
                     if max_idle_s is not None and time.monotonic() - idle_since > max_idle_s:
                         return sink
                     continue
+                msg, consumer = got
                 idle_since = time.monotonic()
                 record = SinkRecord(
                     topic=msg.topic_name(),
@@ -86,8 +136,9 @@ def run_sink(config: dict[str, Any], *, max_idle_s: float | None = None) -> SqlU
                     log.warning("skipped a record: %s", exc)
                     sink.skipped += 1
                 consumer.acknowledge(msg)
+            return sink
         finally:
-            consumer.close()
+            source.close()
     finally:
         sink.close()
         client.close()
@@ -113,10 +164,23 @@ def run(config_path: Path, max_idle_s: float | None) -> None:
     data = yaml.safe_load(config_path.read_text())
     if not isinstance(data, dict):
         raise click.ClickException(f"{config_path}: a sink config is a mapping")
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        log.info("signal %d: stopping", signum)
+        stop.set()
+
+    # a clean stop between two records; a second signal still interrupts at once
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        done = run_sink(data, max_idle_s=max_idle_s)
+        done = run_sink(data, max_idle_s=max_idle_s, stop=stop)
     except (PulsarStateError, ConfigurationError, pulsar.PulsarException) as exc:
         raise click.ClickException(str(exc)) from exc
     except KeyboardInterrupt:
         return
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     click.echo(f"written {done.written}, skipped {done.skipped}")

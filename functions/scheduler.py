@@ -88,6 +88,18 @@ class Scheduler:
     def members(self) -> list[str]:
         return self.store.get_children(f"{self.root}/members").result(timeout=60)
 
+    def rejoin(self) -> bool:
+        """Register the member node again if it is gone (its session was expired).
+
+        Returns ``True`` when it had to. Call it now and then from a long-lived
+        member: a session cut off for longer than its timeout loses its node.
+        """
+        path = f"{self.root}/members/{self.member_id}"
+        if self.store.exists(path).result(timeout=60):
+            return False
+        self.store.put(path, b"{}", ephemeral=True).result(timeout=60)
+        return True
+
     # -- functions ----------------------------------------------------------------------
 
     def set_function(self, fqn: str, parallelism: int) -> None:
@@ -95,6 +107,14 @@ class Scheduler:
             raise ValueError(f"parallelism must be an int >= 1, got {parallelism!r}")
         record = json.dumps({"parallelism": parallelism}).encode()
         self.store.put(f"{self.root}/functions/{_node(fqn)}", record).result(timeout=60)
+
+    def parallelism(self, fqn: str) -> int | None:
+        """The recorded parallelism of ``fqn``, ``None`` when it is not registered."""
+        got = self.store.get(f"{self.root}/functions/{_node(fqn)}").result(timeout=60)
+        if got is None:
+            return None
+        value = json.loads(got.value).get("parallelism")
+        return value if isinstance(value, int) else None
 
     def remove_function(self, fqn: str) -> None:
         self.store.delete(f"{self.root}/functions/{_node(fqn)}").result(timeout=60)

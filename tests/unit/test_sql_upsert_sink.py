@@ -9,6 +9,8 @@ import pytest
 from postgres_server import PostgresServer, free_port, sql_rows
 
 from pulsar_state.connectors.sink import SinkRecord, SqlUpsertSink, open_backend
+from pulsar_state.connectors.sink_group import GroupSettings, sink_function
+from pulsar_state.connectors.sink_runner import run_sink
 from pulsar_state.connectors.sql_backend import SinkDatabaseError, redact_database
 from pulsar_state.errors import ConfigurationError, PulsarStateError
 from pulsar_state.position import Position
@@ -104,3 +106,50 @@ def test_password_is_redacted(postgres_server: PostgresServer) -> None:
     assert config == {"database": "postgresql://u:***@h/db", "table": "t"}
     assert sink.backend.kind == "postgresql" and "BIGINT" not in sink.schema
     sink.close()
+
+
+_RUNNER = {
+    "serviceUrl": "pulsar://127.0.0.1:1",  # never reached: configs fail before connecting
+    "adminUrl": "http://127.0.0.1:1",
+    "topic": "persistent://acme/orders/in",
+    "subscription": "orders-sink",
+    "database": "/nonexistent/x.db",
+}
+
+
+def test_group_settings() -> None:
+    assert GroupSettings.from_config(_RUNNER) is None  # no assignmentTopic: one failover runner
+    settings = GroupSettings.from_config(
+        {**_RUNNER, "assignmentTopic": "sink-assign", "sessionTimeoutS": 2}
+    )
+    assert settings is not None
+    assert settings.name == "orders-sink"  # the subscription when there is no name
+    assert settings.assignment_topic == "persistent://public/default/sink-assign"
+    assert settings.membership_topic == "persistent://public/default/sink-assign-members"
+    assert settings.member_id and "/" not in settings.member_id  # <hostname>-<pid>
+    assert (settings.session_timeout_s, settings.session_check_interval_s) == (2.0, 1.0)
+    assert sink_function("persistent://acme/orders/in", "s") == "acme/orders/sink-s"
+    assert sink_function("in", "s") == "public/default/sink-s"
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        ({"memberId": "w1"}, "needs 'assignmentTopic'"),
+        ({"assignmentTopic": ""}, "'assignmentTopic' must be a non-empty string"),
+        ({"assignmentTopic": "a", "membershipTopic": "a"}, "must differ"),
+        ({"assignmentTopic": "a", "metadataTopic": "a-members"}, "must differ"),
+        ({"assignmentTopic": "a", "adminUrl": None}, "needs 'adminUrl'"),
+        ({"assignmentTopic": "a", "memberId": "a/b"}, "'memberId' must be"),
+        ({"assignmentTopic": "a", "name": "x~y"}, "'name' must be"),
+        ({"assignmentTopic": "a", "sessionTimeoutS": 0}, "'sessionTimeoutS' must be a number"),
+        ({"assignmentTopic": "a", "sessionCheckIntervalS": True}, "must be a number"),
+        ({"assignmentTopic": "a", "topic": "in-partition-1"}, "'topic' must be"),
+        ({"assignmentTopic": "nonpersistent://x"}, "'assignmentTopic'"),
+    ],
+)
+def test_group_settings_refuse_bad_values(extra: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        GroupSettings.from_config({**_RUNNER, **extra})
+    with pytest.raises(ConfigurationError, match=match):  # the runner checks before connecting
+        run_sink({**_RUNNER, **extra})
