@@ -15,7 +15,10 @@ Requests (JSON)::
     {"op": "get",    "fqn": "t/ns/f"}
 
 Answers: ``{"ok": true, "fqn": ..., "version": n, "record": {...}}`` or
-``{"ok": false, "fqn": ..., "error": "..."}``. A record is
+``{"ok": false, "fqn": ..., "error": "..."}``, with the request's ``requestId``
+(any JSON value) echoed when it has one, to match answers to requests: input
+is at-least-once, so a request redelivered after an instance died is answered
+again (a repeated create or versioned update then fails harmlessly). A record is
 ``{"fqn", "version", "config", "createTime", "updateTime"}``; versions start at
 0 and grow by one. An update or delete whose ``expectedVersion`` is not the
 current one is rejected as stale (and so is a redelivered one: versioned
@@ -80,6 +83,12 @@ def validate_config(config: Any) -> dict[str, Any]:
     return {**config, "parallelism": parallelism}
 
 
+def _answer(request: Any, answer: dict[str, Any]) -> str:
+    if isinstance(request, dict) and "requestId" in request:
+        answer["requestId"] = request["requestId"]
+    return json.dumps(answer)
+
+
 class FunctionMetadataManager(Function):  # type: ignore[misc]
     """See the module docstring."""
 
@@ -104,6 +113,7 @@ class FunctionMetadataManager(Function):  # type: ignore[misc]
             return self._map
 
     def process(self, input: Any, context: Any) -> str:
+        request: Any = None
         try:
             request = json.loads(input)
             if not isinstance(request, dict):
@@ -111,11 +121,11 @@ class FunctionMetadataManager(Function):  # type: ignore[misc]
             fqn = validate_fqn(request.get("fqn"))
         except (ValueError, TypeError) as exc:
             context.get_logger().warning("refused request: %s", exc)
-            return json.dumps({"ok": False, "error": str(exc)})
+            return _answer(request, {"ok": False, "error": str(exc)})
         try:
-            return json.dumps(self.handle(request, fqn, self._records(context)))
+            return _answer(request, self.handle(request, fqn, self._records(context)))
         except RequestError as exc:
-            return json.dumps({"ok": False, "fqn": fqn, "error": str(exc)})
+            return _answer(request, {"ok": False, "fqn": fqn, "error": str(exc)})
 
     @staticmethod
     def handle(request: dict[str, Any], fqn: str, records: PulsarMap[str, Any]) -> dict[str, Any]:

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pulsar
+import pytest
 import yaml
 from harness import PulsarEndpoint, unique_name, wait_until
 
+from pulsar_state import PulsarMap
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 from pulsar_state.deploy.standalone import StandaloneBroker
 
@@ -94,3 +98,117 @@ def test_metadata_manager_versions_records(
     finally:
         admin.delete_function(fqn)
     assert isinstance(pulsar_endpoint.broker, StandaloneBroker | None)
+
+
+def _instance_pids(name: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "python_instance_main.py" in cmd and "--function_id" in cmd and name in cmd:
+                pids.append(int(entry.name))
+    return sorted(pids)
+
+
+def test_metadata_manager_survives_instance_kills_an_update_and_a_delete(
+    pulsar_endpoint: PulsarEndpoint, client: pulsar.Client, tmp_path: Path
+) -> None:
+    """Parallelism 2 (one active consumer, the other standing by), each instance
+    SIGKILLed in turn mid-stream, ``functions update`` to 1, ``functions delete``:
+    every record ends with exactly the versions its acknowledged requests made."""
+    if pulsar_endpoint.broker is None:
+        pytest.skip("needs the embedded broker (kills function instance processes)")
+    name = unique_name("fmm-ha")
+    config = yaml.safe_load((REPO / "deploy" / "functions" / "metadata-manager.yaml").read_text())
+    requests_topic = f"persistent://public/default/{name}-requests"
+    answers_topic = f"persistent://public/default/{name}-answers"
+    records_topic = f"persistent://public/default/{name}-records"
+    config.update(
+        {"name": name, "inputs": [requests_topic], "output": answers_topic, "parallelism": 2}
+    )
+    config["userConfig"] = {"metadataTopic": records_topic, "adminUrl": pulsar_endpoint.admin_url}
+    config_file = tmp_path / "fmm.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    admin = PulsarAdminCli(admin_url=pulsar_endpoint.admin_url)
+    fqn = ("public", "default", name)
+    entry = Path(str(resources.files("pulsar_state.functions") / "metadata_manager_entry.py"))
+    answers = client.subscribe(
+        answers_topic, "test", initial_position=pulsar.InitialPosition.Earliest
+    )
+    producer = client.create_producer(requests_topic)
+    seen: dict[int, dict[str, Any]] = {}
+    request_ids = iter(range(1_000_000))
+
+    def ask(request: dict[str, Any]) -> dict[str, Any]:
+        """Send and wait for this request's answer (redelivered duplicates are skipped)."""
+        rid = next(request_ids)
+        producer.send(json.dumps({**request, "requestId": rid}).encode())
+        while rid not in seen:
+            msg = answers.receive(timeout_millis=120_000)
+            answers.acknowledge(msg)
+            answer = dict(json.loads(msg.data()))
+            seen.setdefault(answer["requestId"], answer)
+        return seen[rid]
+
+    def running(n: int) -> bool:
+        status = admin.function_status(fqn)
+        return status["numInstances"] == n and status["numRunning"] == n
+
+    spec = {"className": "enrich.Enrich", "inputs": ["persistent://acme/prod/raw"]}
+    versions: dict[str, int] = {}
+
+    def work(round_: str, count: int) -> None:
+        for i in range(count):
+            target = f"acme/{round_}/f{i}"
+            assert ask({"op": "create", "fqn": target, "config": spec})["ok"]
+            versions[target] = 0
+            for v in range(2):
+                updated = ask(
+                    {
+                        "op": "update",
+                        "fqn": target,
+                        "config": {**spec, "parallelism": v + 2},
+                        "expectedVersion": v,
+                    }
+                )
+                assert updated["ok"] and updated["version"] == v + 1, updated
+                versions[target] = v + 1
+
+    admin.create_function(fqn=fqn, config_file=config_file, py=entry)
+    try:
+        wait_until(lambda: running(2), timeout_s=180, interval_s=1, message="2 instances")
+        work("before", 3)
+        for victim in (0, 1):  # kill each instance in turn: the active one dies at least once
+            pids = _instance_pids(name)
+            assert len(pids) == 2, pids
+            os.kill(pids[victim], signal.SIGKILL)
+            work(f"after-kill-{victim}", 3)
+            wait_until(lambda: running(2), timeout_s=180, interval_s=1, message="restarted")
+        admin.run(
+            "functions",
+            "update",
+            "--tenant",
+            "public",
+            "--namespace",
+            "default",
+            "--name",
+            name,
+            "--parallelism",
+            "1",
+        )
+        wait_until(lambda: running(1), timeout_s=180, interval_s=1, message="updated to 1")
+        work("after-update", 3)
+        assert ask({"op": "delete", "fqn": "acme/before/f0", "expectedVersion": 2})["ok"]
+        del versions["acme/before/f0"]
+    finally:
+        admin.delete_function(fqn)
+    listed = admin.run("functions", "list", "--tenant", "public", "--namespace", "default")
+    assert name not in listed.split()
+    wait_until(lambda: not _instance_pids(name), timeout_s=60, message="instances gone")
+    # the records outlive the function: exactly the acknowledged versions, nothing else
+    with PulsarMap[str, Any](client, records_topic, admin_url=pulsar_endpoint.admin_url) as m:
+        records = m.items(latest=True).result(60)
+    assert {k: r["version"] for k, r in records.items()} == versions
