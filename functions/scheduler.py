@@ -131,26 +131,32 @@ class Scheduler:
             self._changed.set()
 
     def _lead(self) -> None:
-        try:
-            self._leadership = self._coordination.become_leader(
-                f"{self.root}/leader", self.member_id
-            ).result()
-        except Exception:
-            if not self._stop.is_set():
-                log.exception("scheduler %s could not campaign", self.member_id)
-            return
-        log.info("scheduler %s is the leader", self.member_id)
-        self._changed.set()
-        while not self._stop.is_set() and self._leadership.held:
-            if not self._changed.wait(timeout=1.0):
-                continue
-            self._changed.clear()
+        """Campaign; lead while elected; campaign again after losing it (until closed)."""
+        while not self._stop.is_set():
             try:
-                self.reschedule()
-            except PulsarStateError:
-                log.warning("rescheduling failed; retrying", exc_info=True)
-                self._changed.set()
-                self._stop.wait(0.5)
+                self._leadership = self._coordination.become_leader(
+                    f"{self.root}/leader", self.member_id
+                ).result()
+            except Exception:
+                if self._stop.is_set():
+                    return
+                log.exception("scheduler %s could not campaign; retrying", self.member_id)
+                self._stop.wait(1.0)
+                continue
+            log.info("scheduler %s is the leader", self.member_id)
+            self._changed.set()
+            while not self._stop.is_set() and self._leadership.held:
+                if not self._changed.wait(timeout=1.0):
+                    continue
+                self._changed.clear()
+                try:
+                    self.reschedule()
+                except PulsarStateError:
+                    log.warning("rescheduling failed; retrying", exc_info=True)
+                    self._changed.set()
+                    self._stop.wait(0.5)
+            if not self._stop.is_set():
+                log.warning("scheduler %s lost the leadership; campaigning again", self.member_id)
 
     def reschedule(self) -> dict[str, str]:
         """Compute and publish the assignment (the leader calls this on changes)."""

@@ -63,3 +63,34 @@ def test_assignments_follow_members(group: list[Scheduler]) -> None:
     assert moved == {i for i, m in before.items() if m == leaving.member_id}  # minimal movement
     a.remove_function("public/default/g")
     wait_until(lambda: sum(loads(rest).values()) == 5, timeout_s=60)
+
+
+def test_a_deposed_leader_campaigns_again(group: list[Scheduler]) -> None:
+    wait_until(lambda: sum(s.is_leader for s in group) == 1, timeout_s=30, message="one leader")
+    for round_ in range(2):
+        leader = next(s for s in group if s.is_leader)
+        # depose it: its lock node goes (as when an operator or a session expiry removes it)
+        leader.store.delete(f"{leader.root}/leader").result(timeout=60)
+        wait_until(
+            lambda: sum(s.is_leader for s in group) == 1, timeout_s=30, message="a new leader"
+        )
+        # whoever leads now schedules
+        leader.set_function(f"public/default/f{round_}", 3)
+        wait_until(
+            lambda r=round_: (
+                sum(
+                    1
+                    for s in group
+                    for i in s.my_assignments()
+                    if i.startswith(f"public/default/f{r}:")
+                )
+                == 3
+            ),
+            timeout_s=60,
+            message="assigned by the new leader",
+        )
+    # with every other member gone, the deposed ones still lead: nobody stopped campaigning
+    for s in group[1:]:
+        s.close()
+        s.store.close()
+    wait_until(lambda: group[0].is_leader, timeout_s=60, message="the last member leads")
