@@ -61,8 +61,25 @@ class LocalServer:
     def prepare(self) -> None:
         """Install and write configuration; called before :meth:`command`."""
 
+    @property
+    def pid_file(self) -> Path:
+        return CACHE / f"{self.name}.pid"
+
+    def _stop_leftover(self) -> None:
+        """A server a crashed run left behind (its process group) is stopped first."""
+        try:
+            pid = int(self.pid_file.read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            return
+        if str(self.data_dir).encode() in cmdline or str(CACHE).encode() in cmdline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+
     def start(self, timeout_s: float = 60.0) -> LocalServer:
         self.prepare()
+        CACHE.mkdir(parents=True, exist_ok=True)
+        self._stop_leftover()
         shutil.rmtree(self.data_dir, ignore_errors=True)
         self.data_dir.mkdir(parents=True)
         self.prepare_data()
@@ -74,6 +91,7 @@ class LocalServer:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        self.pid_file.write_text(str(self._process.pid))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
@@ -105,6 +123,7 @@ class LocalServer:
                 self._process.wait()
         if self._log is not None:
             self._log.close()
+        self.pid_file.unlink(missing_ok=True)
 
     def __enter__(self) -> LocalServer:
         return self.start()

@@ -5,6 +5,8 @@ usually use it from Python:
 
 - ``pulsar-map``: :class:`pulsar_state.PulsarMap` (bytes values); increments with
   ``update`` (the writer re-runs the function on the latest state);
+  ``pulsar-map-wait`` is the same with ``StateConfig(access_mode="wait")``:
+  writers queue for the topic (``WaitForExclusive``) instead of taking it over;
 - ``pulsar-meta``: :class:`pulsar_state.MetadataStore`; increments by versioned
   compare-and-set (``get(latest=True)`` then ``put(expected_version=...)``);
 - ``etcd``: the asyncio gRPC client ``aetcd``, driven by a private event loop
@@ -27,9 +29,10 @@ from typing import Any, Protocol
 
 import pulsar
 
-from pulsar_state import BadVersionError, BytesSerde, MetadataStore, PulsarMap
+from pulsar_state import BadVersionError, BytesSerde, MetadataStore, PulsarMap, StateConfig
+from pulsar_state.config import AccessMode
 
-PEERS = ("pulsar-map", "pulsar-meta", "etcd", "zookeeper", "pulsar-raw")
+PEERS = ("pulsar-map", "pulsar-map-wait", "pulsar-meta", "etcd", "zookeeper", "pulsar-raw")
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class PeerSpec:
     def open(self) -> Peer:
         opener = {
             "pulsar-map": OursMap,
+            "pulsar-map-wait": OursMap,
             "pulsar-meta": OursMeta,
             "etcd": Etcd,
             "zookeeper": ZooKeeper,
@@ -85,8 +89,13 @@ def _plus_one(value: bytes | None) -> bytes:
 class OursMap:
     def __init__(self, spec: PeerSpec) -> None:
         self._client = _client(spec)
+        mode: AccessMode = "wait" if spec.name.endswith("-wait") else "fencing"
         self.map: PulsarMap[str, bytes] = PulsarMap(
-            self._client, _topic(spec), admin_url=spec.admin_url, value_serde=BytesSerde()
+            self._client,
+            _topic(spec),
+            admin_url=spec.admin_url,
+            value_serde=BytesSerde(),
+            config=StateConfig(access_mode=mode),
         )
 
     def put(self, key: str, value: bytes) -> None:

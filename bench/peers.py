@@ -43,8 +43,16 @@ from bench.zookeeper_server import ZooKeeperServer
 from pulsar_state import BytesSerde, PulsarMap
 from pulsar_state.admin import PulsarAdmin
 
-OURS = ("pulsar-map", "pulsar-meta")
-ORDER = ("pulsar-map", "pulsar-meta", "etcd", "zookeeper", "pulsar-raw", "TableView")
+OURS = ("pulsar-map", "pulsar-map-wait", "pulsar-meta")
+ORDER = (
+    "pulsar-map",
+    "pulsar-map-wait",
+    "pulsar-meta",
+    "etcd",
+    "zookeeper",
+    "pulsar-raw",
+    "TableView",
+)
 NOTES = {
     "put": "One client, one key of 1,000 at a time, 100-byte values, each put waited for. "
     "`pulsar-map` completes when its own tailer has applied the write (read-your-writes); "
@@ -57,7 +65,9 @@ NOTES = {
     "re-runs the function on the latest state), the others by versioned compare-and-set "
     "with client-side retries (counted). The final value is checked against the number of "
     "acknowledged increments (a mismatch fails the run). With one writer at a time, "
-    "every change of writer between processes is an exclusive-producer takeover.",
+    "every change of writer between processes is an exclusive-producer takeover; "
+    '`pulsar-map-wait` queues writers instead (`access_mode="wait"`, PIP-68 '
+    "`WaitForExclusive`): a holder keeps the topic while it has writes.",
     "bootstrap": "Open a map of this many keys on a compacted topic until it holds them all, "
     "each in a fresh process: `PulsarMap` (compacted view, then the tail, decoded in Python) "
     "against Pulsar's own `TableView` (C++) on the same topic.",
@@ -248,7 +258,7 @@ def main() -> None:
     boot = Workload(
         "bootstrap", f"bootstrap of {args.bootstrap_keys:,} keys (compacted)", "keys/s", True
     )
-    systems = ["pulsar-map", "pulsar-meta", "etcd", "zookeeper", "pulsar-raw"]
+    systems = ["pulsar-map", "pulsar-map-wait", "pulsar-meta", "etcd", "zookeeper", "pulsar-raw"]
     with broker() as (service_url, admin_url), EtcdServer() as etcd, ZooKeeperServer() as zk:
         base = PeerSpec("", "", service_url, admin_url, etcd_port=etcd.port, zookeeper_port=zk.port)
         boot_topic = f"persistent://public/default/bench-peers-boot-{uuid.uuid4().hex[:8]}"
@@ -269,7 +279,7 @@ def main() -> None:
             )
             for name in order:
                 spec = replace(base, name=name, namespace=f"{name}-{uuid.uuid4().hex[:8]}")
-                if chosen & {"put", "read"}:
+                if chosen & {"put", "read"} and name != "pulsar-map-wait":
                     print(f"  {name}: put/read", flush=True)
                     run_put_and_read(spec, args.puts, args.reads, targets[0], targets[1])
                 if "cas" in chosen and name != "pulsar-raw":
