@@ -9,6 +9,7 @@ from pulsar_state.aio import (
 from pulsar_state.config import StateConfig
 from pulsar_state.coordination import CoordinationService, ResourceLock
 from pulsar_state.errors import (
+    AdminUnreachableError,
     BadVersionError,
     BrokerError,
     BrokerNotRunningError,
@@ -80,6 +81,7 @@ __all__ = [
     "ConfigurationError",
     "StateClosedError",
     "StateTopicError",
+    "AdminUnreachableError",
     "FencedError",
     "WriteFailedError",
     "OperationTimeoutError",

@@ -14,9 +14,9 @@ from typing import Any
 from urllib.parse import quote
 
 import requests
-from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from pulsar_state.errors import PermissionDeniedError, StateTopicError
+from pulsar_state.errors import AdminUnreachableError, PermissionDeniedError, StateTopicError
 
 __all__ = ["PulsarAdmin", "topic_path"]
 
@@ -46,25 +46,43 @@ class PulsarAdmin:
     """Minimal Pulsar admin REST client (``requests``), with auth headers if given."""
 
     def __init__(
-        self, admin_url: str, *, headers: dict[str, str] | None = None, timeout_s: float = 30.0
+        self,
+        admin_url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        timeout_s: float = 10.0,
+        retry_s: float = 60.0,
     ) -> None:
+        """``timeout_s`` bounds one HTTP attempt; idempotent calls are retried on
+        connection errors, timeouts and 5xx answers for up to ``retry_s`` (a
+        broker restart takes ~10-20 s), then fail with :class:`AdminUnreachableError`."""
         if not admin_url.startswith(("http://", "https://")):
             raise StateTopicError(f"admin_url must be http(s)://..., got {admin_url!r}")
         self.admin_url = admin_url.rstrip("/")
         self._session = requests.Session()
         self._session.headers.update(headers or {})
         self._timeout_s = timeout_s
+        self._retry_s = retry_s
 
     def close(self) -> None:
         self._session.close()
 
-    @retry(
-        retry=retry_if_exception_type(_TransientError),
-        stop=stop_after_delay(30),
-        wait=wait_exponential(multiplier=0.1, max=2),
-        reraise=True,
-    )
     def request(self, method: str, path: str, json: Any = None) -> requests.Response:
+        retrying = Retrying(
+            retry=retry_if_exception_type(_TransientError),
+            stop=stop_after_delay(self._retry_s),
+            wait=wait_exponential(multiplier=0.1, max=2),
+            reraise=True,
+        )
+        try:
+            return retrying(self._attempt, method, path, json)
+        except _TransientError as exc:
+            raise AdminUnreachableError(
+                f"the Pulsar admin API at {self.admin_url} did not answer {method} {path} "
+                f"within {self._retry_s:.0f}s: {exc}"
+            ) from exc
+
+    def _attempt(self, method: str, path: str, json: Any) -> requests.Response:
         try:
             resp = self._session.request(
                 method, f"{self.admin_url}{path}", json=json, timeout=self._timeout_s

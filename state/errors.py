@@ -9,6 +9,7 @@ subclass) for failures it knows about; Pulsar client errors are wrapped with
 from __future__ import annotations
 
 __all__ = [
+    "AdminUnreachableError",
     "PermissionDeniedError",
     "BadVersionError",
     "BrokerError",
@@ -50,6 +51,13 @@ class StateClosedError(PulsarStateError):
 
 class StateTopicError(PulsarStateError):
     """The state topic is unusable: missing, partitioned, unprotected, not permitted."""
+
+
+class AdminUnreachableError(StateTopicError, ConnectionError):
+    """The Pulsar admin API did not answer (connection refused, timed out, 5xx)
+    within the admin client's retry window."""
+
+    retriable = True
 
 
 class PermissionDeniedError(StateTopicError, PermissionError):

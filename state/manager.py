@@ -102,7 +102,16 @@ class SharedStateManager(Generic[S, Op]):
             raise TypeError("initializer and applier must be callables")
         self.config = config or StateConfig()
         self.topic = full_topic_name(topic)
-        self._admin = PulsarAdmin(admin_url, headers=admin_headers) if admin_url else None
+        self._admin = (
+            PulsarAdmin(
+                admin_url,
+                headers=admin_headers,
+                timeout_s=min(10.0, self.config.operation_timeout_s),
+                retry_s=self.config.operation_timeout_s,
+            )
+            if admin_url
+            else None
+        )
         if self.config.ensure_retention and self._admin is None:
             raise ConfigurationError(
                 "admin_url is required to protect the state topic (infinite retention, no "

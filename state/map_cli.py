@@ -17,6 +17,7 @@ import pulsar
 from tqdm import tqdm
 
 from pulsar_state.cli_options import cluster_client, cluster_options
+from pulsar_state.config import StateConfig
 from pulsar_state.errors import PulsarStateError
 from pulsar_state.pulsar_map import PulsarMap
 
@@ -28,12 +29,19 @@ def _open_map(ctx: click.Context) -> Iterator[PulsarMap[str, Any]]:
     opts = ctx.obj
     with cluster_client(opts["service_url"], opts["timeout"]) as client:
         try:
-            with PulsarMap[str, Any](client, opts["topic"], admin_url=opts["admin_url"]) as m:
+            with PulsarMap[str, Any](
+                client,
+                opts["topic"],
+                admin_url=opts["admin_url"],
+                config=StateConfig(operation_timeout_s=opts["timeout"]),
+            ) as m:
                 yield m
         except PulsarStateError as exc:
             raise click.ClickException(str(exc)) from exc
         except pulsar.PulsarException as exc:
             raise click.ClickException(f"Pulsar error: {exc}") from exc
+        except (ValueError, TypeError) as exc:  # a key or value the map refuses
+            raise click.ClickException(f"invalid input: {exc}") from exc
 
 
 @click.group("map")

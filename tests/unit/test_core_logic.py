@@ -168,3 +168,14 @@ def test_topic_path(topic: str, path: str) -> None:
 def test_bad_topics_are_refused(topic: str) -> None:
     with pytest.raises(StateTopicError):
         topic_path(topic)
+
+
+def test_an_unreachable_admin_api_is_one_clear_retriable_error() -> None:
+    from pulsar_state import AdminUnreachableError, PulsarStateError  # noqa: PLC0415
+    from pulsar_state.admin import PulsarAdmin  # noqa: PLC0415
+
+    admin = PulsarAdmin("http://127.0.0.1:1", timeout_s=0.2, retry_s=0.5)
+    with pytest.raises(AdminUnreachableError, match="did not answer") as caught:
+        admin.stats("persistent://public/default/t")
+    assert isinstance(caught.value, PulsarStateError)
+    assert caught.value.retriable
