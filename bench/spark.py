@@ -23,7 +23,7 @@ from pulsar_state.connectors.spark_source import PulsarStateDataSource
 
 def fill(service_url: str, admin_url: str, topic: str, keys: int) -> None:
     client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
-    config = StateConfig(compaction_threshold_bytes=None)
+    config = StateConfig(compaction_threshold_bytes=0)  # no automatic compaction mid-fill
     try:
         with PulsarMap[str, str](client, topic, admin_url=admin_url, config=config) as m:
             step = 5000
@@ -35,6 +35,27 @@ def fill(service_url: str, admin_url: str, topic: str, keys: int) -> None:
                 futures.append(m.put_all(chunk))
             for f in futures:
                 f.result(timeout=600)
+    finally:
+        client.close()
+
+
+def raw_reader_rate(service_url: str, topic: str) -> float:
+    """Messages/s of a bare pulsar-client ``Reader`` loop over the topic: the
+    ceiling of any Python consumer of it, whatever it does with the messages."""
+    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        reader = client.create_reader(
+            topic, pulsar.MessageId.earliest, receiver_queue_size=10_000, is_read_compacted=True
+        )
+        count = 0
+        t0 = time.perf_counter()
+        while reader.has_message_available():
+            msg = reader.read_next(timeout_millis=30_000)
+            msg.partition_key(), msg.data(), msg.properties(), msg.message_id()
+            count += 1
+        elapsed = time.perf_counter() - t0
+        reader.close()
+        return count / elapsed
     finally:
         client.close()
 
@@ -51,6 +72,13 @@ def main() -> None:
         ">= 500k rows/s (absolute)",
         True,
         reference_name="spark.range",
+    )
+    ceiling = Comparison(
+        f"snapshot of {args.keys:,} keys vs a bare Python reader",
+        "rows/s",
+        "(the Python client's ceiling)",
+        True,
+        reference_name="Reader loop (msgs/s)",
     )
     with broker() as (service_url, admin_url):
         topic = f"persistent://public/default/bench-spark-{uuid.uuid4().hex[:8]}"
@@ -83,18 +111,23 @@ def main() -> None:
                 t0 = time.perf_counter()
                 ref.write.format("noop").mode("overwrite").save()
                 comparison.reference.append(args.keys / (time.perf_counter() - t0))
+                ceiling.ours.append(comparison.ours[-1])
+                ceiling.reference.append(raw_reader_rate(service_url, topic))
                 print(f"round {round_ + 1}: {comparison.ours[-1]:,.0f} rows/s", flush=True)
         finally:
             spark.stop()
     path = write_report(
         "spark",
         "Spark source: snapshot read throughput",
-        [comparison],
+        [comparison, ceiling],
         f"""
 `spark.read.format("pulsar_state")` (snapshot mode, `valueFormat=string`) over a
 map of {args.keys:,} keys written by `PulsarMap.put_all` in writes of 5,000 keys,
 materialized with the `noop` sink in a `local[2]` session; reference:
-`spark.range` with the same two string columns in the same session.
+`spark.range` with the same two string columns in the same session. The second
+row sets the source against a bare `pulsar-client` `Reader` loop over the same
+topic (`read_next` and the message's key, payload, properties and id; nothing
+decoded): what any Python reader of the topic can reach on this machine.
 """,
     )
     print(path.read_text())
