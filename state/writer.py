@@ -345,22 +345,42 @@ class Writer(Generic[S, Op]):
             self._publish(members, messages)
 
     def _build(self, request: WriteRequest[S, Op]) -> list[tuple[str | None, bytes]] | None:
-        """Run the generator on caught-up state; the write's (key, payload)s, or None."""
-        if not request.blind:
-            # Catch up with the topic itself, not only with our own last write:
-            # another writer may have taken the topic over silently, and a
-            # generator that decides not to write (a failed compare-and-set,
-            # put_if_absent on a present key) must still see every write
-            # acknowledged before it ran.
-            try:
-                self._tailer.catch_up(self._config.operation_timeout_s)
-            except OperationTimeoutError as exc:
-                raise _CatchUpFailedError(exc) from exc
+        """Run the generator on the latest state; the write's (key, payload)s, or None.
+
+        A generator that writes runs on local state once our own last write is
+        applied: while we hold the topic nobody else can append, and if another
+        writer took it over silently, our write lands after its epoch marker and
+        is skipped as stale by every reader, then re-run (log-level fencing), so
+        a write is never decided on stale state. A decision *not* to write (a
+        failed compare-and-set, ``put_if_absent`` on a present key, an error)
+        has no such safety net: it is only taken after catching up with the
+        topic itself, one ``get_last_message_id`` round trip.
+        """
+        if request.blind:
+            return self._encode(self._generate(request))
+        try:
+            if self._last_sent is not None:
+                self._tailer.wait_applied(self._last_sent, self._config.operation_timeout_s)
+        except OperationTimeoutError as exc:
+            raise _CatchUpFailedError(exc) from exc
+        try:
+            ops = self._generate(request)
+        except Exception:  # decided on possibly stale state: decide again, caught up
+            ops = None
+        if ops:
+            return self._encode(ops)
+        try:
+            self._tailer.catch_up(self._config.operation_timeout_s)
+        except OperationTimeoutError as exc:
+            raise _CatchUpFailedError(exc) from exc
+        return self._encode(self._generate(request))
+
+    def _generate(self, request: WriteRequest[S, Op]) -> list[Op] | None:
         with self._tailer.lock:
             ops = request.generator(self._tailer.state)
-        if ops is None:
-            return None
-        ops = list(ops)
+        return None if ops is None else list(ops)
+
+    def _encode(self, ops: list[Op] | None) -> list[tuple[str | None, bytes]] | None:
         if not ops:
             return None
         if len(ops) > self._config.max_ops_per_write:
