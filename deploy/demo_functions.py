@@ -1,14 +1,16 @@
 """The functions part of ``pulsar-state demo``: packaged functions on the shared state.
 
-Deploys the word-count stateful function and the function metadata manager
-from their config files with ``pulsar-admin``, drives a workload through them,
-runs three scheduler members that assign the registered functions' instances,
-and prints counters, records and assignments.
+Deploys the word-count stateful function, the function metadata manager and
+the SQL sink from their config files with ``pulsar-admin``, drives a workload
+through them, runs three scheduler members that assign the registered
+functions' instances, and prints counters, records, table rows and assignments.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import tempfile
 import time
 from collections import Counter
@@ -42,7 +44,8 @@ def _deploy(
     config = yaml.safe_load((_config_dir() / config_file).read_text())
     config["name"] = f"{config['name']}-{suffix}"
     config["inputs"] = [f"{config['inputs'][0]}-{suffix}"]
-    config["output"] = f"{config['output']}-{suffix}"
+    if "output" in config:
+        config["output"] = f"{config['output']}-{suffix}"
     config["userConfig"] = {**config.get("userConfig", {}), **extra}
     fqn = (config["tenant"], config["namespace"], config["name"])
     with tempfile.TemporaryDirectory() as tmp:
@@ -58,6 +61,37 @@ def _wait_running(admin: PulsarAdminCli, fqn: tuple[str, str, str], instances: i
         if time.monotonic() > deadline:
             raise click.ClickException(f"{'/'.join(fqn)} did not start")
         time.sleep(1)
+
+
+def _table(database: Path) -> dict[str, str]:
+    if not database.exists():
+        return {}
+    with contextlib.closing(sqlite3.connect(database)) as db:
+        try:
+            return dict(db.execute("SELECT key, value FROM kv ORDER BY key").fetchall())
+        except sqlite3.OperationalError:  # the sink has not created it yet
+            return {}
+
+
+def _sink_demo(client: pulsar.Client, topic: str, database: Path) -> None:
+    """Keyed orders through the SQL sink: the table keeps the latest per key."""
+    producer = client.create_producer(topic)
+    expected: dict[str, str] = {}
+    orders = [(f"order-{i % 4}", json.dumps({"qty": i})) for i in range(10)]
+    with click.progressbar(orders, label="  sending keyed orders to the SQL sink") as bar:
+        for key, value in bar:
+            producer.send(value.encode(), partition_key=key)
+            expected[key] = value
+    producer.send(b"", partition_key="order-0")  # an empty value deletes the row
+    del expected["order-0"]
+    deadline = time.monotonic() + 120
+    while _table(database) != expected:
+        if time.monotonic() > deadline:
+            raise click.ClickException(f"the sink table is {_table(database)}, not {expected}")
+        time.sleep(0.5)
+    click.echo(f"  table kv in {database} (effectively once, latest per key):")
+    for key, value in _table(database).items():
+        click.echo(f"    {key:8} {value}")
 
 
 def functions_demo(service_url: str, admin_url: str, suffix: str) -> None:
@@ -89,9 +123,21 @@ def functions_demo(service_url: str, admin_url: str, suffix: str) -> None:
             adminUrl=admin_url,
         )
         deployed.append(fmm)
+        database = Path(tempfile.gettempdir()) / f"pulsar-state-demo-{suffix}.db"
+        sink = _deploy(
+            admin,
+            "sql-sink.yaml",
+            "sink_entry.py",
+            suffix,
+            database=str(database),
+            metadataTopic=f"persistent://public/default/sql-sink-metadata-{suffix}",
+            adminUrl=admin_url,
+        )
+        deployed.append(sink)
         _wait_running(admin, wc, 2)
         _wait_running(admin, fmm, 1)
-        click.echo(f"  running: {'/'.join(wc)} (2 instances), {'/'.join(fmm)}")
+        _wait_running(admin, sink, 1)
+        click.echo(f"  running: {'/'.join(wc)} (2 instances), {'/'.join(fmm)}, {'/'.join(sink)}")
 
         producer = client.create_producer(f"persistent://public/default/wordcount-in-{suffix}")
         with click.progressbar(LINES, label="  sending lines to the word count") as bar:
@@ -138,6 +184,8 @@ def functions_demo(service_url: str, admin_url: str, suffix: str) -> None:
                 f"version {answer['version']}" if answer["ok"] else f"refused: {answer['error']}"
             )
             click.echo(f"  metadata {request['op']:6} {request['fqn']}: {verdict}")
+
+        _sink_demo(client, f"persistent://public/default/sql-sink-input-{suffix}", database)
 
         meta_topic = f"persistent://public/default/demo-scheduler-{suffix}"
         assign_topic = f"persistent://public/default/demo-assignments-{suffix}"

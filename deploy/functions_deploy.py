@@ -25,6 +25,7 @@ __all__ = ["FUNCTIONS", "deploy", "undeploy"]
 FUNCTIONS = {
     "metadata-manager.yaml": "metadata_manager_entry.py",
     "wordcount.yaml": "wordcount_entry.py",
+    "sql-sink.yaml": "sink_entry.py",
 }
 
 
