@@ -49,6 +49,13 @@ def test_deploy_creates_updates_and_undeploy_deletes_every_function(
         again = _cli(pulsar_endpoint, "deploy")
         assert again.returncode == 0, again.stderr
         assert again.stdout.count("updated ") == len(fqns)
+        # undeploy, then deploy the same names again: Pulsar 4.0 keeps a deleted
+        # function's code packages and refuses to create it again unless they go too
+        gone = _cli(pulsar_endpoint, "undeploy")
+        assert gone.returncode == 0, gone.stderr
+        back = _cli(pulsar_endpoint, "deploy")
+        assert back.returncode == 0, back.stderr
+        assert back.stdout.count("created ") == len(fqns)
     finally:
         gone = _cli(pulsar_endpoint, "undeploy")
     assert gone.returncode == 0, gone.stderr
