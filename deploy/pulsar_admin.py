@@ -81,6 +81,22 @@ class PulsarAdminCli:
             args += ["--output", output]
         self.run(*args, *(extra or []))
 
+    def update_parallelism(self, fqn: tuple[str, str, str], parallelism: int) -> None:
+        """``functions update --parallelism``: the worker adds or stops instances."""
+        tenant, namespace, name = fqn
+        self.run(
+            "functions",
+            "update",
+            "--tenant",
+            tenant,
+            "--namespace",
+            namespace,
+            "--name",
+            name,
+            "--parallelism",
+            str(parallelism),
+        )
+
     def function_status(self, fqn: tuple[str, str, str]) -> dict[str, Any]:
         tenant, namespace, name = fqn
         status: dict[str, Any] = self.run_json(

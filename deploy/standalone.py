@@ -342,9 +342,10 @@ class StandaloneBroker:
             raise BrokerNotRunningError(f"no standalone started by pulsar-state on {self.data_dir}")
         return info
 
-    def restart(self) -> BrokerInfo:
-        """Stop and start again on the same ports and data (for fault tests)."""
-        self.stop()
+    def restart(self, *, stop_timeout_s: float = 60.0) -> BrokerInfo:
+        """Stop (SIGKILL after ``stop_timeout_s``) and start again on the same ports
+        and data (for fault tests)."""
+        self.stop(timeout_s=stop_timeout_s)
         return self.start()
 
     def kill(self) -> None:

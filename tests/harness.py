@@ -55,6 +55,20 @@ def unique_topic(prefix: str = "t", namespace: str = "public/default") -> str:
     return f"persistent://{namespace}/{unique_name(prefix)}"
 
 
+def function_instance_pids(name: str) -> list[int]:
+    """Process ids of the Python function instances whose command line names ``name``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "python_instance_main.py" in cmd and "--function_id" in cmd and name in cmd:
+                pids.append(int(entry.name))
+    return sorted(pids)
+
+
 def wait_until(
     condition: Callable[[], T],
     *,
@@ -97,7 +111,9 @@ class PulsarEndpoint:
         """Stop and start the broker on the same ports and data."""
         if self.broker is None:
             raise RuntimeError(f"cannot restart a {self.kind} broker from the tests")
-        info = self.broker.restart()
+        # a broker that does not stop in 15 s is killed: a wedged one (see
+        # docs/findings/pulsar-4.0.8-fencing-deadlock.md) ignores SIGTERM
+        info = self.broker.restart(stop_timeout_s=15.0)
         assert info.service_url == self.service_url
         self.restarts += 1
 

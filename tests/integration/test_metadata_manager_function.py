@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import pulsar
 import pytest
 import yaml
-from harness import PulsarEndpoint, unique_name, wait_until
+from harness import PulsarEndpoint, function_instance_pids, unique_name, wait_until
 
 from pulsar_state import PulsarMap
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
@@ -21,25 +22,47 @@ from pulsar_state.deploy.standalone import StandaloneBroker
 REPO = Path(__file__).resolve().parents[2]
 
 
+ENTRY = "metadata_manager_entry.py"
+
+
+@dataclass(frozen=True)
+class _Deployment:
+    name: str
+    fqn: tuple[str, str, str]
+    config_file: Path
+    requests_topic: str
+    answers_topic: str
+    records_topic: str
+
+
+def _render(endpoint: PulsarEndpoint, tmp_path: Path, prefix: str, **overrides: Any) -> _Deployment:
+    """The shipped config file with a unique name, topics and the admin URL."""
+    name = unique_name(prefix)
+    config = yaml.safe_load((REPO / "deploy" / "functions" / "metadata-manager.yaml").read_text())
+    topics = [
+        f"persistent://public/default/{name}-{part}" for part in ("requests", "answers", "records")
+    ]
+    config.update({"name": name, "inputs": [topics[0]], "output": topics[1], **overrides})
+    config["userConfig"] = {"metadataTopic": topics[2], "adminUrl": endpoint.admin_url}
+    config_file = tmp_path / f"{name}.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    return _Deployment(name, ("public", "default", name), config_file, *topics)
+
+
+def _entry() -> Path:
+    return Path(str(resources.files("pulsar_state.functions") / ENTRY))
+
+
 def test_metadata_manager_versions_records(
     pulsar_endpoint: PulsarEndpoint, client: pulsar.Client, tmp_path: Path
 ) -> None:
-    name = unique_name("fmm")
-    config = yaml.safe_load((REPO / "deploy" / "functions" / "metadata-manager.yaml").read_text())
-    requests_topic = f"persistent://public/default/{name}-requests"
-    answers_topic = f"persistent://public/default/{name}-answers"
-    records_topic = f"persistent://public/default/{name}-records"
-    config.update({"name": name, "inputs": [requests_topic], "output": answers_topic})
-    config["userConfig"] = {"metadataTopic": records_topic, "adminUrl": pulsar_endpoint.admin_url}
-    config_file = tmp_path / "fmm.yaml"
-    config_file.write_text(yaml.safe_dump(config))
+    d = _render(pulsar_endpoint, tmp_path, "fmm")
+    fqn, requests_topic, records_topic = d.fqn, d.requests_topic, d.records_topic
     admin = PulsarAdminCli(admin_url=pulsar_endpoint.admin_url)
-    fqn = ("public", "default", name)
-    entry = Path(str(resources.files("pulsar_state.functions") / "metadata_manager_entry.py"))
     answers = client.subscribe(
-        answers_topic, "test", initial_position=pulsar.InitialPosition.Earliest
+        d.answers_topic, "test", initial_position=pulsar.InitialPosition.Earliest
     )
-    admin.create_function(fqn=fqn, config_file=config_file, py=entry)
+    admin.create_function(fqn=fqn, config_file=d.config_file, py=_entry())
     try:
         wait_until(
             lambda: admin.function_status(fqn)["numRunning"] == 1,
@@ -100,19 +123,6 @@ def test_metadata_manager_versions_records(
     assert isinstance(pulsar_endpoint.broker, StandaloneBroker | None)
 
 
-def _instance_pids(name: str) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if "python_instance_main.py" in cmd and "--function_id" in cmd and name in cmd:
-                pids.append(int(entry.name))
-    return sorted(pids)
-
-
 def test_metadata_manager_survives_instance_kills_an_update_and_a_delete(
     pulsar_endpoint: PulsarEndpoint, client: pulsar.Client, tmp_path: Path
 ) -> None:
@@ -121,22 +131,11 @@ def test_metadata_manager_survives_instance_kills_an_update_and_a_delete(
     every record ends with exactly the versions its acknowledged requests made."""
     if pulsar_endpoint.broker is None:
         pytest.skip("needs the embedded broker (kills function instance processes)")
-    name = unique_name("fmm-ha")
-    config = yaml.safe_load((REPO / "deploy" / "functions" / "metadata-manager.yaml").read_text())
-    requests_topic = f"persistent://public/default/{name}-requests"
-    answers_topic = f"persistent://public/default/{name}-answers"
-    records_topic = f"persistent://public/default/{name}-records"
-    config.update(
-        {"name": name, "inputs": [requests_topic], "output": answers_topic, "parallelism": 2}
-    )
-    config["userConfig"] = {"metadataTopic": records_topic, "adminUrl": pulsar_endpoint.admin_url}
-    config_file = tmp_path / "fmm.yaml"
-    config_file.write_text(yaml.safe_dump(config))
+    d = _render(pulsar_endpoint, tmp_path, "fmm-ha", parallelism=2)
+    name, fqn, requests_topic, records_topic = d.name, d.fqn, d.requests_topic, d.records_topic
     admin = PulsarAdminCli(admin_url=pulsar_endpoint.admin_url)
-    fqn = ("public", "default", name)
-    entry = Path(str(resources.files("pulsar_state.functions") / "metadata_manager_entry.py"))
     answers = client.subscribe(
-        answers_topic, "test", initial_position=pulsar.InitialPosition.Earliest
+        d.answers_topic, "test", initial_position=pulsar.InitialPosition.Earliest
     )
     producer = client.create_producer(requests_topic)
     seen: dict[int, dict[str, Any]] = {}
@@ -177,28 +176,17 @@ def test_metadata_manager_survives_instance_kills_an_update_and_a_delete(
                 assert updated["ok"] and updated["version"] == v + 1, updated
                 versions[target] = v + 1
 
-    admin.create_function(fqn=fqn, config_file=config_file, py=entry)
+    admin.create_function(fqn=fqn, config_file=d.config_file, py=_entry())
     try:
         wait_until(lambda: running(2), timeout_s=180, interval_s=1, message="2 instances")
         work("before", 3)
         for victim in (0, 1):  # kill each instance in turn: the active one dies at least once
-            pids = _instance_pids(name)
+            pids = function_instance_pids(name)
             assert len(pids) == 2, pids
             os.kill(pids[victim], signal.SIGKILL)
             work(f"after-kill-{victim}", 3)
             wait_until(lambda: running(2), timeout_s=180, interval_s=1, message="restarted")
-        admin.run(
-            "functions",
-            "update",
-            "--tenant",
-            "public",
-            "--namespace",
-            "default",
-            "--name",
-            name,
-            "--parallelism",
-            "1",
-        )
+        admin.update_parallelism(fqn, 1)
         wait_until(lambda: running(1), timeout_s=180, interval_s=1, message="updated to 1")
         work("after-update", 3)
         assert ask({"op": "delete", "fqn": "acme/before/f0", "expectedVersion": 2})["ok"]
@@ -207,7 +195,7 @@ def test_metadata_manager_survives_instance_kills_an_update_and_a_delete(
         admin.delete_function(fqn)
     listed = admin.run("functions", "list", "--tenant", "public", "--namespace", "default")
     assert name not in listed.split()
-    wait_until(lambda: not _instance_pids(name), timeout_s=60, message="instances gone")
+    wait_until(lambda: not function_instance_pids(name), timeout_s=60, message="instances gone")
     # the records outlive the function: exactly the acknowledged versions, nothing else
     with PulsarMap[str, Any](client, records_topic, admin_url=pulsar_endpoint.admin_url) as m:
         records = m.items(latest=True).result(60)

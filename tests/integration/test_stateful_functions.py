@@ -11,23 +11,10 @@ from typing import Any
 
 import pulsar
 import pytest
-from harness import PulsarEndpoint, unique_name, wait_until
+from harness import PulsarEndpoint, function_instance_pids, unique_name, wait_until
 
 from pulsar_state import PulsarMap, StateConfig
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
-
-
-def _instance_pids(name: str) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if "python_instance_main.py" in cmd and "--function_id" in cmd and name in cmd:
-                pids.append(int(entry.name))
-    return pids
 
 
 def _instances(admin: PulsarAdminCli, fqn: tuple[str, str, str]) -> dict[int, dict[str, Any]]:
@@ -116,7 +103,7 @@ def test_word_count_is_exact_across_an_instance_kill(
                 timeout_s=120,
                 message="first half counted",
             )
-            killed = _instance_pids(name)
+            killed = function_instance_pids(name)
             assert len(killed) == 2
             os.kill(killed[0], signal.SIGKILL)  # one instance; the worker restarts it
             for line in lines[20:]:
@@ -139,7 +126,7 @@ def test_word_count_is_exact_across_an_instance_kill(
             wait_until(
                 lambda: (
                     _all_running(admin, fqn, 2)
-                    and len(pids := _instance_pids(name)) == 2
+                    and len(pids := function_instance_pids(name)) == 2
                     and killed[0] not in pids
                     and killed[1] in pids
                 ),
@@ -151,18 +138,7 @@ def test_word_count_is_exact_across_an_instance_kill(
             assert restarts >= 1
 
             # an update of the function (parallelism 2 -> 1) keeps the state exact
-            admin.run(
-                "functions",
-                "update",
-                "--tenant",
-                "public",
-                "--namespace",
-                "default",
-                "--name",
-                name,
-                "--parallelism",
-                "1",
-            )
+            admin.update_parallelism(fqn, 1)
             wait_until(
                 lambda: (
                     admin.function_status(fqn)["numInstances"] == 1 and _all_running(admin, fqn, 1)
@@ -177,7 +153,7 @@ def test_word_count_is_exact_across_an_instance_kill(
                 interval_s=1,
                 message="one consumer left on each partition",
             )
-            assert len(_instance_pids(name)) == 1
+            assert len(function_instance_pids(name)) == 1
             more = [f"alpha gamma w{i}" for i in range(10)]
             for line in more:
                 producer.send(line.encode())
@@ -194,7 +170,7 @@ def test_word_count_is_exact_across_an_instance_kill(
     # deleted: not listed, no instance process, no consumer left
     listed = admin.run("functions", "list", "--tenant", "public", "--namespace", "default")
     assert name not in listed.split()
-    wait_until(lambda: not _instance_pids(name), timeout_s=60, message="instances gone")
+    wait_until(lambda: not function_instance_pids(name), timeout_s=60, message="instances gone")
     wait_until(
         lambda: sum(_partition_consumers(pulsar_endpoint, source, subscription)) == 0,
         timeout_s=60,
