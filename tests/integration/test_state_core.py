@@ -530,7 +530,9 @@ def test_metrics_count_writes_applies_fences_and_bootstrap(
         assert value("pulsar_state_bootstrap_seconds") > 0
         for i in range(3):
             first.put("k", i).result()
-        assert value("pulsar_state_writes_total") == 3
+        # counted by the writer thread once the broker acks, which may come
+        # after the tailer has already applied the write and completed the put
+        wait_until(lambda: value("pulsar_state_writes_total") == 3)
         # both managers apply every write once: 3 writes x 2 managers
         wait_until(lambda: value("pulsar_state_applied_writes_total") >= 6)
         assert value("pulsar_state_write_seconds_count") == 3
