@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 COLORS = {
     "pulsar-map": "#1f77b4",
+    "pulsar-map-wait": "#17becf",
     "pulsar-meta": "#4a9fe0",
     "etcd": "#2ca02c",
     "zookeeper": "#d62728",
@@ -25,7 +26,11 @@ COLORS = {
 
 
 def plot_workload(workload: Workload, path: Path) -> None:
-    series = [s for s in workload.series.values() if s.values]
+    order = list(COLORS)
+    series = sorted(
+        (s for s in workload.series.values() if s.values),
+        key=lambda s: order.index(s.system) if s.system in order else len(order),
+    )
     names = [s.system for s in series]
     medians = [statistics.median(s.values) for s in series]
     low = [m - min(s.values) for m, s in zip(medians, series, strict=True)]
@@ -40,8 +45,17 @@ def plot_workload(workload: Workload, path: Path) -> None:
     )
     ax.set_ylabel(workload.unit + (" (higher is better)" if workload.higher_is_better else ""))
     ax.set_title(workload.title)
-    for x, m in enumerate(medians):
-        ax.annotate(f"{m:,.0f}", (x, m), ha="center", va="bottom", fontsize=8)
+    for x, m in enumerate(medians):  # the median, inside the bar's foot
+        ax.annotate(
+            f"{m:,.0f}",
+            (x, 0),
+            xytext=(0, 4),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            color="white",
+        )
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
