@@ -8,10 +8,15 @@ import platform
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import pulsar
+
+from pulsar_state import Position, PulsarMap, Serde, StateConfig
 from pulsar_state.deploy.standalone import BrokerInfo, StandaloneBroker
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,6 +38,38 @@ def broker() -> Iterator[tuple[str, str]]:
     finally:
         if already is None:
             standalone.stop()
+
+
+def fill_map(
+    service_url: str,
+    admin_url: str,
+    topic: str,
+    keys: int,
+    value: Callable[[int], Any],
+    *,
+    value_serde: Serde[Any] | None = None,
+    config: StateConfig | None = None,
+    chunk: int = 5000,
+) -> None:
+    """Write keys ``key-00000000``... (``value(i)`` each) with ``put_all`` of ``chunk``
+    keys per write, four writes in flight, printing progress."""
+    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        with PulsarMap[str, Any](
+            client, topic, admin_url=admin_url, value_serde=value_serde, config=config
+        ) as m:
+            pending: list[Future[Position]] = []
+            for base in range(0, keys, chunk):
+                entries = {f"key-{i:08d}": value(i) for i in range(base, min(keys, base + chunk))}
+                pending.append(m.put_all(entries))
+                if len(pending) >= 4:
+                    pending.pop(0).result(timeout=600)
+                if base % (chunk * 40) == 0:
+                    print(f"  filling {topic}: {base:,}/{keys:,} keys", flush=True)
+            for f in pending:
+                f.result(timeout=600)
+    finally:
+        client.close()
 
 
 def timed(fn: Callable[[], None]) -> float:

@@ -33,14 +33,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import pulsar
-
 from bench.bootstrap_probe import run_probe
-from bench.common import RESULTS, broker, percentile
+from bench.common import RESULTS, broker, fill_map, percentile
 from bench.etcd_server import EtcdServer
 from bench.peer_clients import PeerSpec
 from bench.zookeeper_server import ZooKeeperServer
-from pulsar_state import BytesSerde, PulsarMap
+from pulsar_state import BytesSerde
 from pulsar_state.admin import PulsarAdmin
 
 OURS = ("pulsar-map", "pulsar-map-wait", "pulsar-meta")
@@ -199,27 +197,6 @@ def run_cas(spec: PeerSpec, processes: int, per_process: int, cas: Workload) -> 
     series.extra.append(f"{retries} retries")
 
 
-def _fill_map(service_url: str, admin_url: str, topic: str, keys: int, chunk: int) -> None:
-    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
-    try:
-        with PulsarMap[str, bytes](
-            client, topic, admin_url=admin_url, value_serde=BytesSerde()
-        ) as m:
-            pending = []
-            for base in range(0, keys, chunk):
-                entries = {f"key-{i:08d}": VALUE for i in range(base, min(keys, base + chunk))}
-                pending.append(m.put_all(entries))
-                if len(pending) >= 4:
-                    pending.pop(0).result()
-                if base % (chunk * 40) == 0:
-                    print(f"  bootstrap data: {base:,}/{keys:,} keys", flush=True)
-            for f in pending:
-                f.result()
-    finally:
-        client.close()
-    compact(PulsarAdmin(admin_url), topic)
-
-
 def compact(admin: PulsarAdmin, topic: str, timeout_s: float = 900.0) -> None:
     """Compact ``topic`` up to its end (twice: a run already going may predate the end)."""
     deadline = time.monotonic() + timeout_s
@@ -264,7 +241,15 @@ def main() -> None:
         boot_topic = f"persistent://public/default/bench-peers-boot-{uuid.uuid4().hex[:8]}"
         if "bootstrap" in chosen:
             print(f"writing {args.bootstrap_keys:,} keys and compacting", flush=True)
-            _fill_map(service_url, admin_url, boot_topic, args.bootstrap_keys, 5000)
+            fill_map(
+                service_url,
+                admin_url,
+                boot_topic,
+                args.bootstrap_keys,
+                lambda _: VALUE,
+                value_serde=BytesSerde(),
+            )
+            compact(PulsarAdmin(admin_url), boot_topic)
         # round 0 warms every server and client up and is not recorded
         for round_ in range(args.rounds + 1):
             print(f"round {round_}/{args.rounds}", flush=True)

@@ -16,27 +16,9 @@ import uuid
 import pulsar
 from pyspark.sql import SparkSession
 
-from bench.common import Comparison, broker, write_report
-from pulsar_state import PulsarMap, StateConfig
+from bench.common import Comparison, broker, fill_map, write_report
+from pulsar_state import StateConfig
 from pulsar_state.connectors.spark_source import PulsarStateDataSource
-
-
-def fill(service_url: str, admin_url: str, topic: str, keys: int) -> None:
-    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
-    config = StateConfig(compaction_threshold_bytes=0)  # no automatic compaction mid-fill
-    try:
-        with PulsarMap[str, str](client, topic, admin_url=admin_url, config=config) as m:
-            step = 5000
-            futures = []
-            for start in range(0, keys, step):
-                chunk = {
-                    f"key-{i:08d}": f"value-{i}" for i in range(start, min(keys, start + step))
-                }
-                futures.append(m.put_all(chunk))
-            for f in futures:
-                f.result(timeout=600)
-    finally:
-        client.close()
 
 
 def raw_reader_rate(service_url: str, topic: str) -> float:
@@ -83,7 +65,14 @@ def main() -> None:
     with broker() as (service_url, admin_url):
         topic = f"persistent://public/default/bench-spark-{uuid.uuid4().hex[:8]}"
         started = time.perf_counter()
-        fill(service_url, admin_url, topic, args.keys)
+        fill_map(
+            service_url,
+            admin_url,
+            topic,
+            args.keys,
+            lambda i: f"value-{i}",
+            config=StateConfig(compaction_threshold_bytes=0),  # no automatic compaction mid-fill
+        )
         print(f"filled {args.keys:,} keys in {time.perf_counter() - started:.1f}s", flush=True)
         spark = (
             SparkSession.builder.master("local[2]")

@@ -8,9 +8,7 @@ functions' instances, and prints counters, records, table rows and assignments.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sqlite3
 import tempfile
 import time
 from collections import Counter
@@ -22,6 +20,8 @@ import pulsar
 import yaml
 
 from pulsar_state.cli_options import client_logger
+from pulsar_state.connectors.sink import open_backend
+from pulsar_state.connectors.sql_backend import SinkDatabaseError
 from pulsar_state.deploy.functions_deploy import _config_dir, _entry
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 from pulsar_state.functions.scheduler import Scheduler
@@ -63,18 +63,16 @@ def _wait_running(admin: PulsarAdminCli, fqn: tuple[str, str, str], instances: i
         time.sleep(1)
 
 
-def _table(database: Path) -> dict[str, str]:
-    if not database.exists():
-        return {}
-    with contextlib.closing(sqlite3.connect(database)) as db:
-        try:
-            return dict(db.execute("SELECT key, value FROM kv ORDER BY key").fetchall())
-        except sqlite3.OperationalError:  # the sink has not created it yet
-            return {}
-
-
 def _sink_demo(client: pulsar.Client, topic: str, database: Path) -> None:
     """Keyed orders through the SQL sink: the table keeps the latest per key."""
+    backend = open_backend(str(database))  # the sink's own reader of its table
+
+    def table() -> dict[str, str]:
+        try:
+            return dict(sorted(backend.rows("kv").items()))
+        except SinkDatabaseError:  # the sink has not created it yet
+            return {}
+
     producer = client.create_producer(topic)
     expected: dict[str, str] = {}
     orders = [(f"order-{i % 4}", json.dumps({"qty": i})) for i in range(10)]
@@ -84,14 +82,17 @@ def _sink_demo(client: pulsar.Client, topic: str, database: Path) -> None:
             expected[key] = value
     producer.send(b"", partition_key="order-0")  # an empty value deletes the row
     del expected["order-0"]
-    deadline = time.monotonic() + 120
-    while _table(database) != expected:
-        if time.monotonic() > deadline:
-            raise click.ClickException(f"the sink table is {_table(database)}, not {expected}")
-        time.sleep(0.5)
-    click.echo(f"  table kv in {database} (effectively once, latest per key):")
-    for key, value in _table(database).items():
-        click.echo(f"    {key:8} {value}")
+    try:
+        deadline = time.monotonic() + 120
+        while table() != expected:
+            if time.monotonic() > deadline:
+                raise click.ClickException(f"the sink table is {table()}, not {expected}")
+            time.sleep(0.5)
+        click.echo(f"  table kv in {database} (effectively once, latest per key):")
+        for key, value in table().items():
+            click.echo(f"    {key:8} {value}")
+    finally:
+        backend.close()
 
 
 def functions_demo(service_url: str, admin_url: str, suffix: str) -> None:

@@ -49,6 +49,18 @@ def _read(spark: SparkSession, ep: PulsarEndpoint, topic: str, **options: str) -
     return reader.load()
 
 
+def _read_stream(spark: SparkSession, ep: PulsarEndpoint, topic: str) -> DataFrame:
+    """The changelog of ``topic`` as a stream."""
+    return (
+        spark.readStream.format("pulsar_state")
+        .option("serviceUrl", ep.service_url)
+        .option("adminUrl", ep.admin_url)
+        .option("topic", topic)
+        .option("mode", "changelog")
+        .load()
+    )
+
+
 def _as_dict(df: DataFrame) -> dict[str, Any]:
     return {row.key: json.loads(row.value) for row in df.collect()}
 
@@ -152,14 +164,7 @@ def test_streaming_changes(
     topic = unique_topic("stream")
     with PulsarMap[str, int](make_client(), topic, admin_url=admin_url) as m:
         m.put("a", 1).result()
-        stream = (
-            spark.readStream.format("pulsar_state")
-            .option("serviceUrl", pulsar_endpoint.service_url)
-            .option("adminUrl", admin_url)
-            .option("topic", topic)
-            .option("mode", "changelog")
-            .load()
-        )
+        stream = _read_stream(spark, pulsar_endpoint, topic)
         name = f"changes_{topic.rsplit('-', 1)[-1]}"
         query = stream.writeStream.format("memory").queryName(name).start()
         try:
@@ -234,12 +239,7 @@ def test_available_now_query_on_a_checkpoint(
 
     def run_once() -> list[tuple[Any, ...]]:
         query = (
-            spark.readStream.format("pulsar_state")
-            .option("serviceUrl", pulsar_endpoint.service_url)
-            .option("adminUrl", admin_url)
-            .option("topic", topic)
-            .option("mode", "changelog")
-            .load()
+            _read_stream(spark, pulsar_endpoint, topic)
             .writeStream.format("parquet")
             .option("path", str(out))
             .option("checkpointLocation", str(tmp_path / "checkpoint"))
