@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import yaml
 from harness import PulsarEndpoint, wait_until
 
@@ -24,6 +25,9 @@ def _cli(endpoint: PulsarEndpoint, *args: str) -> subprocess.CompletedProcess[st
     )
 
 
+# every step is a few pulsar-admin JVM runs per function, on a 2-core CI host:
+# well past the suite's default 300 s when the machine is busy
+@pytest.mark.timeout(900)
 def test_deploy_creates_updates_and_undeploy_deletes_every_function(
     pulsar_endpoint: PulsarEndpoint,
 ) -> None:
