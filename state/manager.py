@@ -220,23 +220,30 @@ class SharedStateManager(Generic[S, Op]):
         complete the future (the common, caught-up case costs one round trip).
         """
         result: Future[R] = Future()
-        run_reader = self._reader_then(reader, result)
 
-        def on_last(last: Future[Position]) -> None:
-            exc = last.exception()
-            if exc is not None:
-                result.set_exception(exc)
+        def on_last(last: Position | None, error: PulsarStateError | None) -> None:
+            if last is None:
+                result.set_exception(error or PulsarStateError("no last message id"))
                 return
-            applied = self._tailer.when_applied(last.result())
+            if self._tailer.applied.covers(last):  # caught up: read at once
+                try:
+                    with self._tailer.lock:
+                        value = reader(self._tailer.state)
+                except BaseException as err:
+                    result.set_exception(err)
+                else:
+                    result.set_result(value)
+                return
+            applied = self._tailer.when_applied(last)
             if not applied.done():  # lagging: bound the wait by the timeout
-                timer = threading.Timer(timeout, _expire, (result, last.result(), timeout))
+                timer = threading.Timer(timeout, _expire, (result, last, timeout))
                 timer.daemon = True
                 timer.start()
                 applied.add_done_callback(lambda _: timer.cancel())
-            applied.add_done_callback(run_reader)
+            applied.add_done_callback(self._reader_then(reader, result))
 
         try:
-            self._tailer.last_position_async(timeout).add_done_callback(on_last)
+            self._tailer.ask_last_position(on_last, timeout)
         except PulsarStateError as exc:
             result.set_exception(exc)
         return result

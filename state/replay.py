@@ -108,7 +108,8 @@ class LogReplay(Generic[S, Op]):
         self._buf_epoch = 0
         self._buf_keys: list[str] = []
         self._buf_last_msg: pulsar.Message | None = None
-        self._labels = (topic,)
+        self._m_applied_writes = metrics.APPLIED_WRITES.labels(topic)
+        self._m_applied_ops = metrics.APPLIED_OPS.labels(topic)
 
     def add_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
         self._listeners.append(listener)
@@ -157,17 +158,12 @@ class LogReplay(Generic[S, Op]):
         if kind == Kind.OP:
             if self._buf_entry is not None and write_id != self._buf_write:
                 self._flush_buffer()  # compacted entries may hold several writes' ops
-            if self._buf_entry is None:
-                self._buf_entry, self._buf_write = entry, write_id
-                self._buf_epoch = message_epoch(props)
-            self._buf_last = pos
-            self._buf_last_msg = msg  # its publish time, if compaction took the marker
-            key = msg.partition_key()
-            self._buf_keys.append(key)
-            try:
-                self._buf_ops.append(self._codec.decode(key, msg.data()))
-            except Exception as exc:
-                self._buf_bad = f"undecodable op ({type(exc).__name__}: {exc})"
+            self._buffer_op(msg, pos, entry, write_id, props)
+        elif kind == Kind.WRITE:  # a whole single-op write
+            self._flush_buffer()
+            self._buffer_op(msg, pos, entry, write_id, props)
+            members = (write_id,) if write_id else ()
+            self._apply_buffer(pos, write_id, compacted=False, members=members)
         elif kind == Kind.COMMIT:
             try:
                 commit = parse_commit(msg.data())
@@ -192,6 +188,26 @@ class LogReplay(Generic[S, Op]):
             self._invalid("unknown_kind", pos, f"unknown message kind {kind!r}")
             self._advance(pos)
         return pos
+
+    def _buffer_op(
+        self,
+        msg: pulsar.Message,
+        pos: Position,
+        entry: tuple[int, int],
+        write_id: str | None,
+        props: dict[str, str],
+    ) -> None:
+        if self._buf_entry is None:
+            self._buf_entry, self._buf_write = entry, write_id
+            self._buf_epoch = message_epoch(props)
+        self._buf_last = pos
+        self._buf_last_msg = msg  # its publish time, if compaction took the marker
+        key = msg.partition_key()
+        self._buf_keys.append(key)
+        try:
+            self._buf_ops.append(self._codec.decode(key, msg.data()))
+        except Exception as exc:
+            self._buf_bad = f"undecodable op ({type(exc).__name__}: {exc})"
 
     def _flush_buffer(self) -> None:
         """Apply ops whose commit marker compaction removed (or a foreign batch's)."""
@@ -257,8 +273,8 @@ class LogReplay(Generic[S, Op]):
                         f"{len(applied_ops)} of {len(ops)} ops",
                     )
                 self.applied_writes += 1
-                metrics.APPLIED_WRITES.labels(*self._labels).inc()
-                metrics.APPLIED_OPS.labels(*self._labels).inc(len(applied_ops))
+                self._m_applied_writes.inc()
+                self._m_applied_ops.inc(len(applied_ops))
             for member in members:
                 self._recent[member] = pos
                 if len(self._recent) > _RECENT_WRITES:

@@ -109,7 +109,7 @@ class Tailer(LogReplay[S, Op]):
         self._seq = itertools.count()
         self._last_msg: pulsar.Message | None = None
         self._last_ack = time.monotonic()
-        self._labels = (topic,)
+        self._m_lag = metrics.LAG_MESSAGES.labels(topic)
         self.subscription = f"{config.subscription_prefix}{uuid.uuid4().hex[:16]}"
         try:
             self._consumer = client.subscribe(
@@ -217,20 +217,27 @@ class Tailer(LogReplay[S, Op]):
                 heapq.heappush(self._waiters, (target, next(self._seq), fut))
         return fut
 
-    def last_position_async(self, timeout_s: float | None = None) -> Future[Position]:
+    def ask_last_position(
+        self,
+        on_result: Callable[[Position | None, PulsarStateError | None], None],
+        timeout_s: float | None = None,
+    ) -> None:
         """:meth:`last_position` without a thread of ours waiting on it.
 
-        Transient failures are retried on a timer within ``timeout_s``.
+        ``on_result(position, None)`` or ``on_result(None, error)`` runs on the
+        client's thread. Transient failures are retried on a timer within
+        ``timeout_s``.
         """
-        fut: Future[Position] = Future()
         self._check_usable()
         native = getattr(self._consumer, "_consumer", None)
         if native is None or not hasattr(native, "get_last_message_id_async"):
             try:
-                fut.set_result(self.last_position(timeout_s))
+                position = self.last_position(timeout_s)
             except PulsarStateError as exc:
-                fut.set_exception(exc)
-            return fut
+                on_result(None, exc)
+            else:
+                on_result(position, None)
+            return
         deadline = time.monotonic() + (
             self._config.operation_timeout_s if timeout_s is None else timeout_s
         )
@@ -238,35 +245,40 @@ class Tailer(LogReplay[S, Op]):
 
         def ask() -> None:
             if self._closed:
-                fut.set_exception(StateClosedError("the state manager is closed"))
+                on_result(None, StateClosedError("the state manager is closed"))
                 return
             native.get_last_message_id_async(done)
 
         def done(result: pulsar.Result, msg_id: pulsar.MessageId) -> None:
             if result == pulsar.Result.Ok:
-                fut.set_result(Position.from_message_id(msg_id))
+                position = Position.from_message_id(msg_id)
+                self.note_lag(position)
+                on_result(position, None)
                 return
             backoff = _LAST_ID_RETRY.backoff_s(next(attempts))
             if result in _PERMANENT_RESULTS or time.monotonic() + backoff > deadline:
-                fut.set_exception(
-                    OperationTimeoutError(f"could not get the last message id: {result}")
-                )
+                error = OperationTimeoutError(f"could not get the last message id: {result}")
+                on_result(None, error)
                 return
             timer = threading.Timer(backoff, ask)
             timer.daemon = True
             timer.start()
 
         ask()
-        return fut
+
+    def note_lag(self, target: Position) -> None:
+        """Set the lag gauge: entries from the applied position to ``target``."""
+        applied = self.applied
+        if applied.covers(target):
+            self._m_lag.set(0)
+        elif target.ledger == applied.ledger:
+            self._m_lag.set(target.entry - applied.entry)
 
     def catch_up(self, timeout_s: float) -> Position:
         """Wait until every write acknowledged before this call is applied."""
         deadline = time.monotonic() + timeout_s
         target = self.last_position(timeout_s)
-        if target.ledger == self.applied.ledger:
-            metrics.LAG_MESSAGES.labels(*self._labels).set(
-                max(0, target.entry - self.applied.entry)
-            )
+        self.note_lag(target)
         return self.wait_applied(target, max(0.0, deadline - time.monotonic()))
 
     def _check_usable(self) -> None:

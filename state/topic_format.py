@@ -14,6 +14,13 @@ none of it::
 Concurrent writes share an entry (group commit): their ops carry the group's
 id, and one commit marker names every write in it.
 
+A write of a single op with a non-empty payload (a ``put``) is instead **one
+self-committing message**: the op's key and payload with properties
+``{"pss": "1", "pss.k": "write", "pss.w": <write id>, "pss.e": <epoch>}``. Half the
+messages to build, send, receive and decode for the commonest write; it needs
+no trailing marker (below), since a non-empty message is never compacted away
+while it is the last of its key.
+
 When a writer gains the topic it appends an **epoch marker** (key
 ``"__pss__/epoch"``, properties ``{"pss": "1", "pss.k": "epoch"}``) and waits to
 read it back before running any generator: everything before the marker is
@@ -31,9 +38,10 @@ holds the topic re-writes the current value of every key a stale write touched
 
 Compaction safety: a keyed op (a map entry) is "last value wins", an empty
 payload is a tombstone. Keyless ops get unique keys, so compaction keeps them.
-Every entry ends with a marker, and compaction keeps the latest marker of each
-kind, so the topic's last message is never compacted away (a trailing tombstone
-would otherwise make "caught up" unreachable for compacted readers). Keys under
+Every entry ends with a marker or is one non-empty self-committing write, and
+compaction keeps the latest marker of each kind and the latest non-empty value
+of each key, so the topic's last message is never compacted away (a trailing
+tombstone would otherwise make "caught up" unreachable for compacted readers). Keys under
 ``"__pss__/"`` are reserved; TableView readers should ignore them.
 """
 
@@ -56,6 +64,7 @@ __all__ = [
     "epoch_message",
     "op_message",
     "parse_commit",
+    "write_message",
 ]
 
 FORMAT_VERSION = "1"
@@ -72,6 +81,8 @@ MESSAGE_OVERHEAD_BYTES = 96
 
 class Kind:
     OP = "op"
+    #: an op that is its own commit (a single-op write)
+    WRITE = "write"
     COMMIT = "commit"
     EPOCH = "epoch"
 
@@ -104,7 +115,7 @@ def check_user_key(key: str) -> str:
 
 
 def op_message(
-    write_id: str, index: int, key: str | None, payload: bytes, epoch: int
+    write_id: str, index: int, key: str | None, payload: bytes, epoch: int, *, kind: str = Kind.OP
 ) -> OutgoingMessage:
     if key is None:
         if not payload:
@@ -114,11 +125,18 @@ def op_message(
         check_user_key(key)
     props = {
         PROP_FORMAT: FORMAT_VERSION,
-        PROP_KIND: Kind.OP,
+        PROP_KIND: kind,
         PROP_WRITE: write_id,
         PROP_EPOCH: str(epoch),
     }
     return OutgoingMessage(key, payload, props)
+
+
+def write_message(write_id: str, key: str | None, payload: bytes, epoch: int) -> OutgoingMessage:
+    """A whole single-op write in one message (its own commit); ``payload`` non-empty."""
+    if not payload:
+        raise ValueError("a self-committing write cannot be a tombstone: it needs a marker")
+    return op_message(write_id, 0, key, payload, epoch, kind=Kind.WRITE)
 
 
 def commit_message(

@@ -61,6 +61,7 @@ from pulsar_state.topic_format import (
     epoch_message,
     epoch_of,
     op_message,
+    write_message,
 )
 
 __all__ = ["WriteRequest", "Writer"]
@@ -190,6 +191,8 @@ class Writer(Generic[S, Op]):
         self._closed = False
         self.writer_id = uuid.uuid4().hex[:12]
         self._labels = (topic,)
+        self._m_writes = metrics.WRITES.labels(topic)
+        self._m_write_seconds = metrics.WRITE_SECONDS.labels(topic)
         self._thread = threading.Thread(
             target=self._run, name=f"pss-writer-{topic.rsplit('/', 1)[-1]}", daemon=True
         )
@@ -272,7 +275,6 @@ class Writer(Generic[S, Op]):
                 continue
             idle = self._config.effective_idle_release_s
             request = self._next(idle if self._producer is not None else None)
-            self._trim_inflight()
             if request is None:
                 if self._closed:
                     return
@@ -394,23 +396,29 @@ class Writer(Generic[S, Op]):
     def _publish(
         self, members: list[WriteRequest[S, Op]], ops: list[tuple[str | None, bytes]]
     ) -> None:
-        """Publish the members' ops and one commit marker naming them, as one entry."""
+        """Publish the members' ops and one commit marker naming them, as one entry
+        (a lone single-op write: one self-committing message)."""
         producer = self._producer
         assert producer is not None and self._epoch is not None
-        group_id = f"{self.writer_id}-g{next(_WRITE_SEQ)}"
-        messages: list[OutgoingMessage] = [
-            op_message(group_id, index, key, payload, self._epoch)
-            for index, (key, payload) in enumerate(ops)
-        ]
-        messages.append(
-            commit_message(
-                group_id,
-                len(ops),
-                self._epoch,
-                keep=not self._compactable,
-                members=[r.write_id for r in members],
+        if len(members) == 1 and len(ops) == 1 and ops[0][1]:
+            # the commonest write (a put): one self-committing message
+            key, payload = ops[0]
+            messages = [write_message(members[0].write_id, key, payload, self._epoch)]
+        else:
+            group_id = f"{self.writer_id}-g{next(_WRITE_SEQ)}"
+            messages = [
+                op_message(group_id, index, key, payload, self._epoch)
+                for index, (key, payload) in enumerate(ops)
+            ]
+            messages.append(
+                commit_message(
+                    group_id,
+                    len(ops),
+                    self._epoch,
+                    keep=not self._compactable,
+                    members=[r.write_id for r in members],
+                )
             )
-        )
         # the tailer completes these futures when it applies the entry (maybe
         # before the ack is back): register them first
         for request in members:
@@ -426,7 +434,7 @@ class Writer(Generic[S, Op]):
             return
         self._last_sent = last
         self._losses = 0
-        metrics.WRITES.labels(*self._labels).inc(len(members))
+        self._m_writes.inc(len(members))
         self._repair()
         self._maybe_snapshot()
 
@@ -437,7 +445,7 @@ class Writer(Generic[S, Op]):
             for write_id in write_ids:
                 request = self._pending.pop(write_id, None)
                 if request is not None and not request.future.done():
-                    metrics.WRITE_SECONDS.labels(*self._labels).observe(now - request.submitted)
+                    self._m_write_seconds.observe(now - request.submitted)
                     request.future.set_result(position)
         elif any(write_id in self._pending for write_id in write_ids):
             self._fenced.set()
@@ -534,7 +542,7 @@ class Writer(Generic[S, Op]):
     def _complete(self, request: WriteRequest[S, Op], landed: Position) -> None:
         if request.future.done():
             return
-        metrics.WRITE_SECONDS.labels(*self._labels).observe(time.monotonic() - request.submitted)
+        self._m_write_seconds.observe(time.monotonic() - request.submitted)
         request.future.set_result(landed)
 
     def _repair(self) -> None:

@@ -1,0 +1,106 @@
+"""LogReplay on hand-made messages: the one reading of the topic format."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulsar
+import pytest
+
+from pulsar_state import JsonSerde, StrKeySerde
+from pulsar_state.position import Position
+from pulsar_state.pulsar_map import _apply, _MapCodec
+from pulsar_state.replay import LogReplay
+from pulsar_state.topic_format import (
+    OutgoingMessage,
+    commit_message,
+    epoch_message,
+    epoch_of,
+    op_message,
+    write_message,
+)
+
+
+class _Message:
+    """The slice of ``pulsar.Message`` the replay reads."""
+
+    def __init__(self, out: OutgoingMessage, ledger: int, entry: int, batch: int = -1) -> None:
+        self._out = out
+        self._id = pulsar.MessageId(-1, ledger, entry, batch)
+
+    def message_id(self) -> pulsar.MessageId:
+        return self._id
+
+    def properties(self) -> dict[str, str]:
+        return dict(self._out.properties)
+
+    def partition_key(self) -> str:
+        return self._out.key
+
+    def data(self) -> bytes:
+        return self._out.payload
+
+    def publish_timestamp(self) -> int:
+        return 1
+
+
+def _replay() -> tuple[LogReplay[dict[str, Any], Any], list[tuple[tuple[str, ...], bool]]]:
+    replay: LogReplay[dict[str, Any], Any] = LogReplay(
+        topic="t", codec=_MapCodec(StrKeySerde(), JsonSerde()), applier=_apply, state={}
+    )
+    outcomes: list[tuple[tuple[str, ...], bool]] = []
+    replay.on_outcome = lambda ids, pos, applied: outcomes.append((ids, applied))
+    return replay, outcomes
+
+
+def test_a_self_committing_write_applies_alone_and_once() -> None:
+    replay, outcomes = _replay()
+    replay.feed(_Message(epoch_message("wr", 1, keep=False), 1, 0))
+    epoch = epoch_of(1, 0)
+    replay.feed(_Message(write_message("w1", "a", b"1", epoch), 1, 1))
+    assert replay.state == {"a": 1} and replay.applied == Position(1, 1, -1)
+    assert outcomes == [(("w1",), True)]
+    # the same write landing again (a retried publish) is not applied twice
+    replay.feed(_Message(write_message("w1", "a", b"5", epoch), 1, 2))
+    assert replay.state == {"a": 1} and replay.applied == Position(1, 2, -1)
+    assert replay.applied_writes == 1
+
+
+def test_a_self_committing_write_between_grouped_entries() -> None:
+    replay, outcomes = _replay()
+    epoch = epoch_of(1, 0)
+    replay.feed(_Message(epoch_message("wr", 1, keep=False), 1, 0))
+    replay.feed(_Message(op_message("g1", 0, "a", b"1", epoch), 1, 1, 0))
+    replay.feed(_Message(op_message("g1", 1, "b", b"2", epoch), 1, 1, 1))
+    replay.feed(_Message(commit_message("g1", 2, epoch, keep=False, members=["w1", "w2"]), 1, 1, 2))
+    replay.feed(_Message(write_message("w3", "a", b"3", epoch), 1, 2))
+    replay.feed(_Message(op_message("g2", 0, "b", b"", epoch), 1, 3, 0))
+    replay.feed(_Message(commit_message("g2", 1, epoch, keep=False, members=["w4"]), 1, 3, 1))
+    assert replay.state == {"a": 3}
+    assert outcomes == [(("w1", "w2"), True), (("w3",), True), (("w4",), True)]
+
+
+def test_a_stale_self_committing_write_is_skipped_and_its_key_repaired() -> None:
+    replay, outcomes = _replay()
+    replay.feed(_Message(epoch_message("old", 1, keep=False), 1, 0))
+    replay.feed(_Message(epoch_message("new", 1, keep=False), 1, 1))
+    # the old writer's write lands after the new writer's marker
+    replay.feed(_Message(write_message("w1", "a", b"1", epoch_of(1, 0)), 1, 2))
+    assert replay.state == {} and replay.stale_writes == 1
+    assert replay.stale_keys == {"a": Position(1, 2, -1)}
+    assert outcomes == [(("w1",), False)]
+
+
+def test_an_undecodable_self_committing_write_is_counted_not_applied() -> None:
+    replay, _ = _replay()
+    replay.feed(_Message(write_message("w1", "a", b"{not json", 0), 1, 0))
+    assert replay.state == {} and replay.invalid_count == 1
+    assert replay.applied == Position(1, 0, -1) and "a" in replay.stale_keys
+
+
+def test_a_tombstone_cannot_be_a_self_committing_write() -> None:
+    # it could be compacted away as the topic's last message: a delete keeps its marker
+    with pytest.raises(ValueError, match="tombstone"):
+        write_message("w1", "a", b"", 1)
+    keyless = write_message("w1", None, b"v", 1)
+    assert keyless.key == "__pss__/op/w1/0" and keyless.properties["pss.k"] == "write"
