@@ -1,0 +1,176 @@
+"""SchedulerFunction: membership and scheduling as a deployable Pulsar Function.
+
+The deployable form of :mod:`.scheduler` (Pulsar's SchedulerManager pattern,
+PIP-15): members (workers) send heartbeats to the function's input topic; the
+function keeps who is alive in the shared state, reads the function records
+that :class:`~pulsar_state.functions.metadata_manager.FunctionMetadataManager`
+keeps on the metadata topic, assigns each function's instances to the live
+members (round-robin with minimal movement, :mod:`.assignment`) and publishes
+the assignment to the **assignment topic** (a compacted ``PulsarMap``:
+instance id ``tenant/ns/name:i`` -> member id). Members read their own with
+:class:`~pulsar_state.functions.scheduler_member.SchedulerMember`, a
+``PulsarMap``, a ``TableView`` or Spark.
+
+Heartbeats (JSON, at least every ``memberTtlSeconds`` / 3)::
+
+    {"member": "worker-1"}                  # "op": "heartbeat" is the default
+    {"member": "worker-1", "op": "leave"}   # a clean shutdown: moves its work at once
+
+A Python function runs only when a message comes (its runtime has no start or
+timer hook), so the members' heartbeats are what drives it: each one renews
+its member, expires the members not heard from within the TTL and reschedules.
+A dead member's instances therefore move on the next heartbeat after its TTL;
+a new or changed function record is scheduled on the next heartbeat.
+
+Deploy with ``retainOrdering: true`` (a failover subscription: one active
+instance schedules, the others stand by and take over when it dies). Every
+write goes through the state core's exclusive producer and the assignment is
+computed on the latest published one, so two instances active at once during a
+handover cannot undo each other. Userconfig: ``metadataTopic``,
+``assignmentTopic``, ``membersTopic`` (defaults ``function-metadata``,
+``function-assignments``, ``function-members`` in the function's namespace),
+``memberTtlSeconds`` (default 10), ``adminUrl`` (protects the topics).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+from pulsar import Function
+
+from pulsar_state.config import StateConfig
+from pulsar_state.functions.assignment import instance_ids
+from pulsar_state.functions.metadata_manager import validate_fqn
+from pulsar_state.functions.scheduler import publish_assignment
+from pulsar_state.pulsar_map import MapOp, PulsarMap
+
+__all__ = ["HeartbeatError", "SchedulerFunction", "parse_heartbeat", "wanted_instances"]
+
+_MAX_MEMBER_ID = 200
+
+
+class HeartbeatError(ValueError):
+    """A heartbeat that cannot be used (skipped, logged and counted)."""
+
+
+def parse_heartbeat(raw: Any) -> tuple[str, str]:
+    """(member id, "heartbeat" | "leave"), or :class:`HeartbeatError`."""
+    try:
+        message = json.loads(raw)
+    except (ValueError, TypeError) as exc:
+        raise HeartbeatError(f"a heartbeat is a JSON object: {exc}") from exc
+    if not isinstance(message, dict):
+        raise HeartbeatError("a heartbeat is a JSON object")
+    member = message.get("member")
+    if not isinstance(member, str) or not member.strip() or "/" in member:
+        raise HeartbeatError(f"member must be a non-empty name without '/', got {member!r}")
+    if len(member) > _MAX_MEMBER_ID:
+        raise HeartbeatError(f"member ids are at most {_MAX_MEMBER_ID} characters")
+    op = message.get("op", "heartbeat")
+    if op not in ("heartbeat", "leave"):
+        raise HeartbeatError(f"op must be heartbeat or leave, got {op!r}")
+    return member, op
+
+
+def wanted_instances(records: dict[str, Any], on_bad: Any = None) -> list[str]:
+    """Instance ids of every well-formed function record (others are reported)."""
+    wanted: list[str] = []
+    for fqn, record in sorted(records.items()):
+        try:
+            parallelism = record["config"]["parallelism"]
+            if not isinstance(parallelism, int) or isinstance(parallelism, bool):
+                raise TypeError("parallelism is not an int")
+            wanted.extend(instance_ids(validate_fqn(fqn), parallelism))
+        except (KeyError, TypeError, ValueError) as exc:
+            if on_bad is not None:
+                on_bad(fqn, exc)
+    return wanted
+
+
+class SchedulerFunction(Function):  # type: ignore[misc]
+    """See the module docstring."""
+
+    def __init__(self) -> None:
+        self._maps: dict[str, PulsarMap[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def _map(self, context: Any, key: str, default_name: str) -> PulsarMap[str, Any]:
+        with self._lock:
+            if key not in self._maps:
+                topic = context.get_user_config_value(key) or (
+                    f"persistent://{context.get_function_tenant()}/"
+                    f"{context.get_function_namespace()}/{default_name}"
+                )
+                admin_url = context.get_user_config_value("adminUrl")
+                self._maps[key] = PulsarMap(
+                    context.get_pulsar_client(),
+                    topic,
+                    admin_url=admin_url,
+                    config=StateConfig(ensure_retention=admin_url is not None),
+                )
+            return self._maps[key]
+
+    @staticmethod
+    def _ttl_ms(context: Any) -> int:
+        raw = context.get_user_config_value("memberTtlSeconds")
+        try:
+            ttl = float(raw) if raw is not None else 10.0
+        except (TypeError, ValueError):
+            ttl = 0.0
+        if ttl <= 0:
+            raise HeartbeatError(f"memberTtlSeconds must be a number > 0, got {raw!r}")
+        return int(ttl * 1000)
+
+    def process(self, input: Any, context: Any) -> None:
+        log = context.get_logger()
+        try:
+            member, op = parse_heartbeat(input)
+            ttl_ms = self._ttl_ms(context)
+        except HeartbeatError as exc:
+            log.warning("skipped a heartbeat: %s", exc)
+            context.record_metric("skipped_heartbeats", 1)
+            return None
+        members = self._map(context, "membersTopic", "function-members")
+        records = self._map(context, "metadataTopic", "function-metadata")
+        assignments = self._map(context, "assignmentTopic", "function-assignments")
+        alive = self.beat(members, member, op, ttl_ms)
+
+        def bad_record(fqn: str, exc: Exception) -> None:
+            log.warning("not scheduling the record of %s: %s", fqn, exc)
+
+        wanted = wanted_instances(records.items(latest=True).result(timeout=60), bad_record)
+        _, moved = publish_assignment(assignments, wanted, alive)
+        if moved:
+            log.info(
+                "%d members, %d instances: moved or removed %d", len(alive), len(wanted), moved
+            )
+        return None
+
+    @staticmethod
+    def beat(
+        members: PulsarMap[str, Any], member: str, op: str, ttl_ms: int, now_ms: int | None = None
+    ) -> list[str]:
+        """Renew (or remove) ``member``, expire the silent ones; the live members.
+
+        One atomic write; also usable without a worker.
+        """
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+
+        def gen(state: dict[str, Any]) -> list[MapOp[str, Any]]:
+            ops = [
+                members._delete_op(m)
+                for m, expires in state.items()
+                if m != member and (not isinstance(expires, int) or expires < now)
+            ]
+            if op == "leave":
+                if member in state:
+                    ops.append(members._delete_op(member))
+            else:
+                ops.append(members._op(member, now + ttl_ms))
+            return ops
+
+        alive: list[str] = members.manager.write(gen, reader=sorted).result(timeout=60)
+        return alive
