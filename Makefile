@@ -85,5 +85,7 @@ undeploy: $(STAMP)
 	@test -n "$(ADMIN_URL)" || (echo "no ADMIN_URL and no embedded broker" && exit 1)
 	$(VENV)/bin/pulsar-state undeploy --admin-url $(ADMIN_URL)
 
+# the wheel, and a self-contained zip per function (--py of pulsar-admin functions create)
 package: $(STAMP)
 	$(PY) -m pip wheel --no-deps -w dist .
+	$(VENV)/bin/pulsar-state package --out dist/functions

@@ -52,6 +52,7 @@ setup(
         "pyyaml>=6.0",
         "tqdm>=4.66",
         "pyjwt>=2.8",
+        "packaging>=23",
     ],
     extras_require={
         # What the functions worker's Python runner needs (grpc, protobuf, ...)

@@ -22,10 +22,10 @@ import yaml
 from pulsar_state.cli_options import client_logger
 from pulsar_state.connectors.sink import open_backend
 from pulsar_state.connectors.sql_backend import SinkDatabaseError
-from pulsar_state.deploy.functions_deploy import _config_dir, _entry
+from pulsar_state.deploy.function_package import build_function_package
+from pulsar_state.deploy.functions_deploy import FUNCTIONS, _config_dir, _entry
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
-from pulsar_state.functions.scheduler import Scheduler
-from pulsar_state.metadata_store import MetadataStore
+from pulsar_state.functions.scheduler_member import SchedulerMember
 from pulsar_state.pulsar_map import PulsarMap
 
 __all__ = ["functions_demo"]
@@ -39,8 +39,9 @@ LINES = [
 
 
 def _deploy(
-    admin: PulsarAdminCli, config_file: str, entry: str, suffix: str, **extra: Any
+    admin: PulsarAdminCli, config_file: str, suffix: str, **extra: Any
 ) -> tuple[str, str, str]:
+    entry, extras = FUNCTIONS[config_file]
     config = yaml.safe_load((_config_dir() / config_file).read_text())
     config["name"] = f"{config['name']}-{suffix}"
     config["inputs"] = [f"{config['inputs'][0]}-{suffix}"]
@@ -51,7 +52,10 @@ def _deploy(
     with tempfile.TemporaryDirectory() as tmp:
         rendered = Path(tmp) / config_file
         rendered.write_text(yaml.safe_dump(config))
-        admin.create_function(fqn=fqn, config_file=rendered, py=_entry(entry))
+        package = build_function_package(  # what `pulsar-state deploy` sends too
+            name=config["name"], entry=_entry(entry), out_dir=Path(tmp), extras=extras
+        )
+        admin.create_function(fqn=fqn, config_file=rendered, py=package)
     return fqn
 
 
@@ -95,6 +99,20 @@ def _sink_demo(client: pulsar.Client, topic: str, database: Path) -> None:
         backend.close()
 
 
+def _show_assignments(members: list[SchedulerMember], instances: int) -> None:
+    """Wait until ``instances`` are spread over ``members``; print who runs what."""
+    deadline = time.monotonic() + 60
+    while True:
+        mine = {m.member_id: m.assignments() for m in members}
+        if sum(map(len, mine.values())) == instances and all(mine.values()):
+            break
+        if time.monotonic() > deadline:
+            raise click.ClickException("the scheduler did not assign every instance")
+        time.sleep(0.3)
+    for member_id, assigned in mine.items():
+        click.echo(f"  {member_id}: {', '.join(assigned)}")
+
+
 def functions_demo(service_url: str, admin_url: str, suffix: str) -> None:
     click.secho(
         "==> packaged functions on the shared state (deployed from deploy/functions/*.yaml)",
@@ -109,7 +127,6 @@ def functions_demo(service_url: str, admin_url: str, suffix: str) -> None:
         wc = _deploy(
             admin,
             "wordcount.yaml",
-            "wordcount_entry.py",
             suffix,
             stateTopic=state_topic,
             adminUrl=admin_url,
@@ -118,7 +135,6 @@ def functions_demo(service_url: str, admin_url: str, suffix: str) -> None:
         fmm = _deploy(
             admin,
             "metadata-manager.yaml",
-            "metadata_manager_entry.py",
             suffix,
             metadataTopic=records_topic,
             adminUrl=admin_url,
@@ -128,7 +144,6 @@ def functions_demo(service_url: str, admin_url: str, suffix: str) -> None:
         sink = _deploy(
             admin,
             "sql-sink.yaml",
-            "sink_entry.py",
             suffix,
             database=str(database),
             metadataTopic=f"persistent://public/default/sql-sink-metadata-{suffix}",
@@ -188,36 +203,42 @@ def functions_demo(service_url: str, admin_url: str, suffix: str) -> None:
 
         _sink_demo(client, f"persistent://public/default/sql-sink-input-{suffix}", database)
 
-        meta_topic = f"persistent://public/default/demo-scheduler-{suffix}"
-        assign_topic = f"persistent://public/default/demo-assignments-{suffix}"
-        members = []
-        for i in range(3):
-            store = MetadataStore(
+        assign_topic = f"persistent://public/default/function-assignments-{suffix}"
+        scheduler = _deploy(
+            admin,
+            "scheduler.yaml",
+            suffix,
+            metadataTopic=records_topic,
+            assignmentTopic=assign_topic,
+            membersTopic=f"persistent://public/default/function-members-{suffix}",
+            memberTtlSeconds=5,
+            adminUrl=admin_url,
+        )
+        deployed.append(scheduler)
+        _wait_running(admin, scheduler, 2)
+        heartbeats = f"persistent://public/default/function-heartbeats-{suffix}"
+        click.echo(
+            f"  running: {'/'.join(scheduler)} (2 instances); 3 workers heartbeat to it, "
+            "it schedules the metadata manager's records"
+        )
+        members = [
+            SchedulerMember(
                 client,
-                meta_topic,
-                admin_url=admin_url,
-                session_timeout_s=2.0,
-                session_check_interval_s=0.5,
+                member_id=f"worker-{i}",
+                heartbeat_topic=heartbeats,
+                assignment_topic=assign_topic,
+                interval_s=1.0,
             )
-            assignments = PulsarMap[str, str](client, assign_topic, admin_url=admin_url)
-            members.append(Scheduler(store, assignments, member_id=f"worker-{i}").start())
+            for i in range(3)
+        ]
         try:
-            with PulsarMap[str, Any](client, records_topic, admin_url=admin_url) as records:
-                for fqn_, record in sorted(records.items(latest=True).result().items()):
-                    members[0].set_function(fqn_, record["config"]["parallelism"])
-            deadline = time.monotonic() + 60
-            while sum(len(m.my_assignments()) for m in members) != 5:
-                if time.monotonic() > deadline:
-                    raise click.ClickException("the scheduler did not assign all instances")
-                time.sleep(0.3)
-            for m in members:
-                role = "leader" if m.is_leader else "member"
-                click.echo(f"  {m.member_id} ({role}): {', '.join(m.my_assignments())}")
+            _show_assignments(members, 5)
+            click.echo("  worker-2 leaves:")
+            members.pop().close()
+            _show_assignments(members, 5)
         finally:
             for m in members:
                 m.close()
-                m.assignments.close()
-                m.store.close()
     finally:
         for fqn in deployed:
             admin.delete_function(fqn)

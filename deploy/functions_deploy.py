@@ -2,15 +2,19 @@
 
 Each function has a config file in ``deploy/functions/*.yaml`` (the format of
 ``pulsar-admin functions create --function-config-file``) and a single-file
-entry point in ``functions/*_entry.py`` that imports the package: the workers'
-Python must have ``pulsar-shared-state`` installed (the embedded broker's does;
-``make package`` builds the wheel for others).
+entry point in ``functions/*_entry.py`` that imports the package. ``deploy``
+sends each function as a self-contained zip (``pulsar-state package``, see
+:mod:`~pulsar_state.deploy.function_package`), so workers need nothing but
+Pulsar's Python runtime; ``--code entry`` sends only the entry file, for
+workers whose Python has ``pulsar-shared-state`` installed.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import tempfile
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -18,18 +22,20 @@ from typing import Any
 import click
 import yaml
 
+from pulsar_state.deploy.function_package import build_function_package
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
-from pulsar_state.errors import PulsarAdminError
+from pulsar_state.errors import ConfigurationError, PulsarAdminError
 
-__all__ = ["FUNCTIONS", "deploy", "undeploy"]
+__all__ = ["FUNCTIONS", "deploy", "package", "undeploy"]
 
 log = logging.getLogger(__name__)
 
-#: config file (deploy/functions/) -> entry module (functions/)
-FUNCTIONS = {
-    "metadata-manager.yaml": "metadata_manager_entry.py",
-    "wordcount.yaml": "wordcount_entry.py",
-    "sql-sink.yaml": "sink_entry.py",
+#: config file (deploy/functions/) -> (entry module in functions/, extras it needs)
+FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "metadata-manager.yaml": ("metadata_manager_entry.py", ()),
+    "wordcount.yaml": ("wordcount_entry.py", ()),
+    "sql-sink.yaml": ("sink_entry.py", ("postgres",)),  # PostgreSQL by URL
+    "scheduler.yaml": ("scheduler_entry.py", ()),
 }
 
 
@@ -89,32 +95,93 @@ def _delete_packages(admin: PulsarAdminCli, fqn: tuple[str, str, str]) -> None:
             log.warning("could not delete %s@%s: %s", url, version, exc.output.strip()[-200:])
 
 
+_worker_python_options = [
+    click.option("--python-version", help="The workers' Python, e.g. 3.12 (default: this one)."),
+    click.option("--platform", help="The workers' platform tag, e.g. manylinux2014_x86_64."),
+]
+
+
+def _with_worker_python(command: Any) -> Any:
+    for option in reversed(_worker_python_options):
+        command = option(command)
+    return command
+
+
+def _packages(
+    out_dir: Path, python_version: str | None, platform: str | None
+) -> Iterator[tuple[str, Path, Path]]:
+    """Build each function's zip into ``out_dir``: (config file, config path, zip)."""
+    for config_file, (entry, extras) in FUNCTIONS.items():
+        zip_path = build_function_package(
+            name=_load(config_file)["name"],
+            entry=_entry(entry),
+            out_dir=out_dir,
+            extras=extras,
+            python_version=python_version,
+            platform=platform,
+        )
+        yield config_file, _config_dir() / config_file, zip_path
+
+
+@click.command()
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("dist/functions"),
+    show_default=True,
+    help="Where the <function name>.zip packages go.",
+)
+@_with_worker_python
+def package(out_dir: Path, python_version: str | None, platform: str | None) -> None:
+    """Build a self-contained zip for each function (--py of functions create)."""
+    try:
+        for _, _, path in _packages(out_dir, python_version, platform):
+            click.echo(f"{path} ({path.stat().st_size // 1024} KiB)")
+    except ConfigurationError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
 @click.command()
 @_admin_option
-def deploy(admin_url: str) -> None:
+@click.option(
+    "--code",
+    type=click.Choice(["zip", "entry"]),
+    default="zip",
+    show_default=True,
+    help="zip: a self-contained package per function; entry: only the entry file "
+    "(the workers' Python has pulsar-shared-state installed).",
+)
+@_with_worker_python
+def deploy(admin_url: str, code: str, python_version: str | None, platform: str | None) -> None:
     """Create the packaged functions on the cluster, or update those already there."""
     admin = PulsarAdminCli(admin_url=admin_url)
-    for config_file, entry in FUNCTIONS.items():
-        config = _load(config_file)
-        fqn = (config["tenant"], config["namespace"], config["name"])
-        path = _config_dir() / config_file
-        try:
-            if _exists(admin, fqn):
-                admin.run(
-                    "functions",
-                    "update",
-                    "--function-config-file",
-                    str(path),
-                    "--py",
-                    str(_entry(entry)),
-                )
-                click.echo(f"updated {'/'.join(fqn)}")
-                continue
-            _delete_packages(admin, fqn)  # left by an earlier delete of the same name
-            admin.create_function(fqn=fqn, config_file=path, py=_entry(entry))
-            click.echo(f"created {'/'.join(fqn)}")
-        except PulsarAdminError as exc:
-            raise click.ClickException(str(exc)) from exc
+    with tempfile.TemporaryDirectory(prefix="pss-deploy-") as tmp:
+        if code == "zip":
+            try:
+                targets = list(_packages(Path(tmp), python_version, platform))
+            except ConfigurationError as exc:
+                raise click.ClickException(str(exc)) from exc
+        else:
+            targets = [
+                (config_file, _config_dir() / config_file, _entry(entry))
+                for config_file, (entry, _) in FUNCTIONS.items()
+            ]
+        for config_file, path, py in targets:
+            config = _load(config_file)
+            fqn = (config["tenant"], config["namespace"], config["name"])
+            try:
+                if _exists(admin, fqn):
+                    admin.run(
+                        "functions", "update", "--function-config-file", str(path), "--py", str(py)
+                    )
+                    click.echo(f"updated {'/'.join(fqn)}")
+                    continue
+                _delete_packages(admin, fqn)  # left by an earlier delete of the same name
+                admin.create_function(fqn=fqn, config_file=path, py=py)
+                click.echo(f"created {'/'.join(fqn)}")
+            except PulsarAdminError as exc:
+                raise click.ClickException(str(exc)) from exc
 
 
 @click.command()

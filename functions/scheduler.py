@@ -32,9 +32,38 @@ from pulsar_state.metadata_base import BaseMetadataStore
 from pulsar_state.metadata_state import Notification
 from pulsar_state.pulsar_map import PulsarMap
 
-__all__ = ["Scheduler"]
+__all__ = ["Scheduler", "publish_assignment"]
 
 log = logging.getLogger(__name__)
+
+
+def publish_assignment(
+    assignments: PulsarMap[str, str],
+    wanted: list[str],
+    members: list[str],
+    *,
+    timeout_s: float = 60,
+) -> tuple[dict[str, str], int]:
+    """Assign ``wanted`` instances to ``members``; return (assignment, instances moved).
+
+    One atomic write, computed on the latest published assignment: a leader
+    that was deposed meanwhile re-runs on its successor's result (the state
+    core's fencing) instead of overwriting it with a stale view. Instances not
+    in ``wanted`` are removed (tombstones), so an assignment topic belongs to
+    one scheduler.
+    """
+    outcome: dict[str, Any] = {}
+
+    def gen(state: dict[str, str]) -> list[Any]:
+        target = assign(wanted, members, state) if members else {}
+        changed = {i: m for i, m in target.items() if state.get(i) != m}
+        removed = [i for i in state if i not in target]
+        outcome["target"], outcome["moved"] = target, len(changed) + len(removed)
+        ops = [assignments._op(i, m) for i, m in changed.items()]
+        return ops + [assignments._delete_op(i) for i in removed]
+
+    assignments.manager.write(gen).result(timeout=timeout_s)
+    return outcome["target"], outcome["moved"]
 
 
 def _node(fqn: str) -> str:
@@ -168,25 +197,10 @@ class Scheduler:
                 continue
             record: dict[str, Any] = json.loads(got.value)
             wanted.extend(instance_ids(node.replace("~", "/"), int(record["parallelism"])))
-        previous = self.assignments.items(latest=True).result(timeout=60)
-        target = assign(wanted, members, previous) if members else {}
-        changed = {i: m for i, m in target.items() if previous.get(i) != m}
-        removed = [i for i in previous if i not in target]
-
-        def gen(state: dict[str, str]) -> list[Any]:
-            ops = [self.assignments._op(i, m) for i, m in changed.items()]
-            ops += [self.assignments._delete_op(i) for i in removed if i in state]
-            return ops
-
-        if changed or removed:
-            self.assignments.manager.write(gen).result(timeout=60)
+        target, moved = publish_assignment(self.assignments, wanted, members)
+        if moved:
             self.reschedules += 1
-            log.info(
-                "scheduler %s moved %d and removed %d instances",
-                self.member_id,
-                len(changed),
-                len(removed),
-            )
+            log.info("scheduler %s moved or removed %d instances", self.member_id, moved)
         return target
 
     def close(self) -> None:

@@ -10,7 +10,7 @@ from pulsar_state.cli_options import set_client_log_level
 from pulsar_state.connectors.sink_runner import sink
 from pulsar_state.deploy.cli import broker
 from pulsar_state.deploy.demo import demo
-from pulsar_state.deploy.functions_deploy import deploy, undeploy
+from pulsar_state.deploy.functions_deploy import deploy, package, undeploy
 from pulsar_state.map_cli import map_group
 from pulsar_state.meta_cli import meta_group
 
@@ -32,6 +32,7 @@ main.add_command(demo)
 main.add_command(sink)
 main.add_command(deploy)
 main.add_command(undeploy)
+main.add_command(package)
 main.add_command(map_group)
 main.add_command(meta_group)
 
