@@ -21,7 +21,12 @@ version, an unchanged one keeps its version.
 
 Pulsar's native sink runtime is Java-only, so the sink runs either inside the
 functions runtime (:class:`SinkFunction`, a function with no output topic) or
-on its own (``pulsar-state sink run --config sink.yaml``).
+on its own (``pulsar-state sink run --config sink.yaml``). Inside the functions
+runtime the broker's failover subscription decides which instance consumes
+which input partition; each instance records, in the same map, the partitions
+it took over (key ``sink/<name>/owner/<partition topic>`` -> ``{"instance",
+"since"}``), so the assignment is readable from the core there too. Runner
+groups (:mod:`.sink_group`) decide it themselves, through the scheduler.
 """
 
 from __future__ import annotations
@@ -179,16 +184,31 @@ def record_metadata(
     return result["version"]
 
 
+def _instance_id(context: Any) -> int | str:
+    """The function instance's id (the Python runtime hands it over as a string)."""
+    raw = context.get_instance_id()
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return str(raw)
+
+
+def owner_key(name: str, topic: str) -> str:
+    """Where the instance consuming ``topic`` (an input partition) is recorded."""
+    return f"sink/{name}/owner/{topic}"
+
+
 class SinkFunction(Function):  # type: ignore[misc]
     """Runs :class:`SqlUpsertSink` inside the functions runtime (no output topic).
 
     User config: ``database`` (SQLite path or ``postgresql://`` URL), ``table``
-    (default ``kv``), optional
-    ``metadataTopic`` and ``adminUrl`` for the config record in the core.
+    (default ``kv``), optional ``metadataTopic`` and ``adminUrl`` for the config
+    record and the partition owners in the core.
     """
 
     def __init__(self) -> None:
         self._sink: SqlUpsertSink | None = None
+        self._records: PulsarMap[str, Any] | None = None
         self._lock = threading.Lock()
         self.config_version: int | None = None
 
@@ -200,25 +220,43 @@ class SinkFunction(Function):  # type: ignore[misc]
                 sink.open(config, context)
                 metadata_topic = config.get("metadataTopic")
                 if metadata_topic:
-                    with PulsarMap[str, Any](
+                    self._records = PulsarMap[str, Any](
                         context.get_pulsar_client(),
                         metadata_topic,
                         admin_url=config.get("adminUrl"),
-                    ) as records:
-                        self.config_version = record_metadata(
-                            records,
-                            context.get_function_name(),
-                            sink.metadata_config(config),
-                            sink.schema,
-                        )
+                    )
+                    self.config_version = record_metadata(
+                        self._records,
+                        context.get_function_name(),
+                        sink.metadata_config(config),
+                        sink.schema,
+                    )
                 self._sink = sink
             return self._sink
 
+    def _note_owner(self, topic: str, context: Any) -> None:
+        """Record that this instance consumes ``topic``, when the map says otherwise.
+
+        Checked on local state for every record (no round trip): a partition
+        taken over, or taken back after another instance recorded itself, is
+        written once.
+        """
+        if self._records is None:
+            return
+        key, instance = owner_key(context.get_function_name(), topic), _instance_id(context)
+        current = self._records.get(key).result(timeout=60)
+        if isinstance(current, dict) and current.get("instance") == instance:
+            return
+        owner = {"instance": instance, "since": int(time.time() * 1000)}
+        self._records.put(key, owner).result(timeout=60)
+
     def process(self, input: Any, context: Any) -> None:
         sink = self._open(context)
+        topic = context.get_current_message_topic_name()
+        self._note_owner(topic, context)
         value = input if isinstance(input, bytes) else str(input).encode()
         record = SinkRecord(
-            topic=context.get_current_message_topic_name(),
+            topic=topic,
             key=context.get_partition_key(),
             value=value,
             position=Position.from_message_id(context.get_message_id()),
@@ -229,3 +267,5 @@ class SinkFunction(Function):  # type: ignore[misc]
     def close(self) -> None:
         if self._sink is not None:
             self._sink.close()
+        if self._records is not None:
+            self._records.close()

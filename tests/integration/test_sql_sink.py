@@ -27,7 +27,7 @@ from harness import PulsarEndpoint, unique_name, unique_topic, wait_until
 from postgres_server import sql_rows
 
 from pulsar_state import PulsarMap
-from pulsar_state.connectors.sink import SqlUpsertSink
+from pulsar_state.connectors.sink import SqlUpsertSink, owner_key
 from pulsar_state.connectors.sink_runner import run_sink
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 from pulsar_state.position import Position
@@ -122,25 +122,49 @@ def test_runner_killed_mid_stream_recovers_effectively_once(
 def test_sink_inside_the_functions_runtime(
     pulsar_endpoint: PulsarEndpoint, client: pulsar.Client, sql_database: str
 ) -> None:
+    """Deployed with pulsar-admin, parallelism 2, on a 2-partition input: the rows
+    land, the config record and each partition's consuming instance are in the core."""
     admin = PulsarAdminCli(admin_url=pulsar_endpoint.admin_url)
     name = unique_name("sqlsink")
     fqn = ("public", "default", name)
     topic = f"persistent://public/default/{name}-in"
+    meta = f"persistent://public/default/{name}-meta"
+    pulsar_endpoint.admin(
+        "PUT", f"/admin/v2/persistent/public/default/{name}-in/partitions", json=2
+    ).raise_for_status()
     entry = Path(str(resources.files("pulsar_state.functions") / "sink_entry.py"))
-    user_config = {"database": sql_database, "table": "kv"}
+    user_config = {
+        "database": sql_database,
+        "table": "kv",
+        "metadataTopic": meta,
+        "adminUrl": pulsar_endpoint.admin_url,
+    }
     admin.create_function(
         fqn=fqn,
         py=entry,
         classname="sink_entry.SinkFunction",
         inputs=[topic],
-        extra=["--retain-ordering", "--user-config", json.dumps(user_config)],
+        extra=[
+            "--retain-ordering",
+            "--parallelism",
+            "2",
+            "--user-config",
+            json.dumps(user_config),
+        ],
     )
     try:
-        wait_until(lambda: admin.function_status(fqn)["numRunning"] == 1, timeout_s=120)
+        wait_until(lambda: admin.function_status(fqn)["numRunning"] == 2, timeout_s=180)
         expected, _ = _send(client, topic)
         wait_until(
             lambda: sql_rows(sql_database, "kv") == expected, timeout_s=120, message="rows in SQL"
         )
+        with PulsarMap[str, Any](client, meta, admin_url=pulsar_endpoint.admin_url) as records:
+            state = records.items(latest=True).result(60)
+        assert state[f"sink/{name}"]["version"] == 0
+        owners = {k: v["instance"] for k, v in state.items() if "/owner/" in k}
+        partitions = {owner_key(name, f"{topic}-partition-{i}") for i in range(2)}
+        assert set(owners) == partitions, owners
+        assert set(owners.values()) <= {0, 1}
     finally:
         admin.delete_function(fqn)
 
