@@ -76,7 +76,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--sync-ops", type=int, default=1500)
     parser.add_argument("--async-ops", type=int, default=20000)
-    parser.add_argument("--reads", type=int, default=1500)
+    parser.add_argument("--reads", type=int, default=3000)
     args = parser.parse_args()
 
     sync = Comparison("sync put", "ops/s", ">= 0.8", True, reference_name="producer.send")

@@ -92,7 +92,11 @@ class LogReplay(Generic[S, Op]):
         self.received = 0
         self.applied_writes = 0
         self.compacted_out = 0
-        self._recent: OrderedDict[str, Position] = OrderedDict()
+        #: write id -> (ledger, entry, batch) of recent writes. Plain tuples of
+        #: ints, which the garbage collector stops tracking: 100k tracked
+        #: Position objects made every full collection (and so every write
+        #: under load) markedly slower
+        self._recent: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
         #: keys a stale (fenced) write touched, with where: the writer repairs them
         self.stale_keys: dict[str, Position] = {}
         self.stale_writes = 0
@@ -276,7 +280,7 @@ class LogReplay(Generic[S, Op]):
                 self._m_applied_writes.inc()
                 self._m_applied_ops.inc(len(applied_ops))
             for member in members:
-                self._recent[member] = pos
+                self._recent[member] = (pos.ledger, pos.entry, pos.batch)
                 if len(self._recent) > _RECENT_WRITES:
                     self._recent.popitem(last=False)
             self._advance_locked(pos)

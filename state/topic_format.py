@@ -63,6 +63,7 @@ __all__ = [
     "commit_message",
     "epoch_message",
     "op_message",
+    "op_messages",
     "parse_commit",
     "write_message",
 ]
@@ -114,22 +115,40 @@ def check_user_key(key: str) -> str:
     return key
 
 
-def op_message(
-    write_id: str, index: int, key: str | None, payload: bytes, epoch: int, *, kind: str = Kind.OP
-) -> OutgoingMessage:
+def _op_key(write_id: str, index: int, key: str | None, payload: bytes) -> str:
+    """The message key of an op: its own, or a unique one for a keyless op."""
     if key is None:
         if not payload:
             raise ValueError("a keyless op must not serialize to empty bytes (a tombstone)")
-        key = f"{RESERVED_PREFIX}op/{write_id}/{index}"
-    else:
-        check_user_key(key)
-    props = {
+        return f"{RESERVED_PREFIX}op/{write_id}/{index}"
+    return check_user_key(key)
+
+
+def _op_properties(write_id: str, epoch: int, kind: str) -> dict[str, str]:
+    return {
         PROP_FORMAT: FORMAT_VERSION,
         PROP_KIND: kind,
         PROP_WRITE: write_id,
         PROP_EPOCH: str(epoch),
     }
-    return OutgoingMessage(key, payload, props)
+
+
+def op_message(
+    write_id: str, index: int, key: str | None, payload: bytes, epoch: int, *, kind: str = Kind.OP
+) -> OutgoingMessage:
+    key = _op_key(write_id, index, key, payload)
+    return OutgoingMessage(key, payload, _op_properties(write_id, epoch, kind))
+
+
+def op_messages(
+    write_id: str, ops: list[tuple[str | None, bytes]], epoch: int
+) -> list[OutgoingMessage]:
+    """The op messages of one entry; they share one (read-only) properties dict."""
+    props = _op_properties(write_id, epoch, Kind.OP)
+    return [
+        OutgoingMessage(_op_key(write_id, index, key, payload), payload, props)
+        for index, (key, payload) in enumerate(ops)
+    ]
 
 
 def write_message(write_id: str, key: str | None, payload: bytes, epoch: int) -> OutgoingMessage:

@@ -60,7 +60,7 @@ from pulsar_state.topic_format import (
     commit_message,
     epoch_message,
     epoch_of,
-    op_message,
+    op_messages,
     write_message,
 )
 
@@ -98,6 +98,17 @@ class WriteRequest(Generic[S, Op]):
 
 def _ignore(result: object, msg_id: object) -> None:
     """Acks of all but an entry's last message (the last one reports for all)."""
+
+
+class _NoCallback:
+    """The callback for all but an entry's last message.
+
+    ``None``: the C++ client checks for an empty callback (``ProducerImpl::
+    sendAsync``), which spares a call into Python (and a GIL hand-off) per
+    message; ``_ignore`` once a client build refuses ``None``.
+    """
+
+    value: Any = None
 
 
 def _size(ops: list[tuple[str | None, bytes]]) -> int:
@@ -317,23 +328,23 @@ class Writer(Generic[S, Op]):
                 self._retry.extendleft(reversed([*members, *group[index:]]))
                 return
             request.attempts += 1
-            landed = self._tailer.write_position(request.write_id)
+            landed = self._tailer.write_position(request.write_id) if request.attempts > 1 else None
             if landed is not None:
                 # an earlier attempt succeeded after all (e.g. a timeout that was not)
                 self._complete(request, landed)
                 continue
             try:
-                batch = self._build(request)
+                built = self._build(request)
             except _CatchUpFailedError as exc:  # nothing was sent: try again later
                 self._retry_later([request], exc.cause)
                 continue
             except BaseException as exc:
                 request.future.set_exception(exc)
                 continue
-            if batch is None:  # nothing to write
+            if built is None:  # nothing to write
                 request.future.set_result(self._tailer.applied)
                 continue
-            batch_size = _size(batch)
+            batch, batch_size = built
             if members and (
                 size + batch_size > self._config.max_write_bytes
                 or len(messages) + len(batch) > self._config.max_ops_per_write
@@ -346,8 +357,11 @@ class Writer(Generic[S, Op]):
         if members:
             self._publish(members, messages)
 
-    def _build(self, request: WriteRequest[S, Op]) -> list[tuple[str | None, bytes]] | None:
-        """Run the generator on the latest state; the write's (key, payload)s, or None.
+    def _build(
+        self, request: WriteRequest[S, Op]
+    ) -> tuple[list[tuple[str | None, bytes]], int] | None:
+        """Run the generator on the latest state; the write's (key, payload)s and
+        their size, or None.
 
         A generator that writes runs on local state once our own last write is
         applied: while we hold the topic nobody else can append, and if another
@@ -358,8 +372,9 @@ class Writer(Generic[S, Op]):
         has no such safety net: it is only taken after catching up with the
         topic itself, one ``get_last_message_id`` round trip.
         """
-        if request.blind:
-            return self._encode(self._generate(request))
+        if request.blind:  # it promised to ignore the state: no lock, no waiting
+            ops = request.generator(self._tailer.state)
+            return self._encode(None if ops is None else list(ops))
         try:
             if self._last_sent is not None:
                 self._tailer.wait_applied(self._last_sent, self._config.operation_timeout_s)
@@ -382,7 +397,7 @@ class Writer(Generic[S, Op]):
             ops = request.generator(self._tailer.state)
         return None if ops is None else list(ops)
 
-    def _encode(self, ops: list[Op] | None) -> list[tuple[str | None, bytes]] | None:
+    def _encode(self, ops: list[Op] | None) -> tuple[list[tuple[str | None, bytes]], int] | None:
         if not ops:
             return None
         if len(ops) > self._config.max_ops_per_write:
@@ -391,7 +406,7 @@ class Writer(Generic[S, Op]):
         size = _size(out)
         if size > self._config.max_write_bytes:
             raise ValueTooLargeError(size, self._config.max_write_bytes)
-        return out
+        return out, size
 
     def _publish(
         self, members: list[WriteRequest[S, Op]], ops: list[tuple[str | None, bytes]]
@@ -406,10 +421,7 @@ class Writer(Generic[S, Op]):
             messages = [write_message(members[0].write_id, key, payload, self._epoch)]
         else:
             group_id = f"{self.writer_id}-g{next(_WRITE_SEQ)}"
-            messages = [
-                op_message(group_id, index, key, payload, self._epoch)
-                for index, (key, payload) in enumerate(ops)
-            ]
+            messages = op_messages(group_id, ops, self._epoch)
             messages.append(
                 commit_message(
                     group_id,
@@ -491,7 +503,13 @@ class Writer(Generic[S, Op]):
         return True
 
     def _trim_inflight(self) -> None:
-        while self._inflight and all(r.future.done() for r in self._inflight[0]):
+        # a group's writes complete together (one entry): its last one is the
+        # cheap test before the full one
+        while (
+            self._inflight
+            and self._inflight[0][-1].future.done()
+            and all(r.future.done() for r in self._inflight[0])
+        ):
             self._inflight.popleft()
 
     def _requeue_unresolved(self) -> None:
@@ -531,7 +549,17 @@ class Writer(Generic[S, Op]):
     ) -> Position:
         """Send ``messages`` as one entry; the last one's ack reports for all."""
         for m in messages[:-1]:
-            producer.send_async(m.payload, _ignore, properties=m.properties, partition_key=m.key)
+            try:
+                producer.send_async(
+                    m.payload, _NoCallback.value, properties=m.properties, partition_key=m.key
+                )
+            except TypeError:  # refused before anything was sent
+                if _NoCallback.value is _ignore:
+                    raise
+                _NoCallback.value = _ignore
+                producer.send_async(
+                    m.payload, _ignore, properties=m.properties, partition_key=m.key
+                )
         last = messages[-1]
         producer.send_async(
             last.payload, acks.callback, properties=last.properties, partition_key=last.key
