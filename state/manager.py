@@ -204,10 +204,10 @@ class SharedStateManager(Generic[S, Op]):
             fut: Future[R] = Future()
             try:
                 self._tailer._check_usable()
-                with self._tailer.lock:
-                    fut.set_result(reader(self._tailer.state))
             except BaseException as exc:
                 fut.set_exception(exc)
+            else:
+                self._complete_with_read(reader, fut)
             return fut
         if latest and target is None:
             return self._read_latest(reader, timeout)
@@ -226,13 +226,7 @@ class SharedStateManager(Generic[S, Op]):
                 result.set_exception(error or PulsarStateError("no last message id"))
                 return
             if self._tailer.applied.covers(last):  # caught up: read at once
-                try:
-                    with self._tailer.lock:
-                        value = reader(self._tailer.state)
-                except BaseException as err:
-                    result.set_exception(err)
-                else:
-                    result.set_result(value)
+                self._complete_with_read(reader, result)
                 return
             applied = self._tailer.when_applied(last)
             if not applied.done():  # lagging: bound the wait by the timeout
@@ -295,17 +289,21 @@ class SharedStateManager(Generic[S, Op]):
                 if exc is not None:
                     result.set_exception(exc)
                     return
-                try:
-                    with self._tailer.lock:
-                        value = reader(self._tailer.state)
-                except BaseException as err:
-                    result.set_exception(err)
-                else:
-                    result.set_result(value)
+                self._complete_with_read(reader, result)
             except InvalidStateError:  # the timeout won the race
                 pass
 
         return run
+
+    def _complete_with_read(self, reader: Callable[[S], R], result: Future[R]) -> None:
+        """Complete ``result`` with ``reader(state)``, run under the state lock, or its error."""
+        try:
+            with self._tailer.lock:
+                value = reader(self._tailer.state)
+        except BaseException as err:
+            result.set_exception(err)
+        else:
+            result.set_result(value)
 
     # -- introspection --------------------------------------------------------
 
