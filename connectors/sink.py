@@ -42,7 +42,7 @@ from pulsar import Function
 from pulsar_state.connectors.postgres_backend import PostgresBackend
 from pulsar_state.connectors.sql_backend import SqlBackend, plain_identifier, redact_database
 from pulsar_state.connectors.sqlite_backend import SqliteBackend
-from pulsar_state.errors import ConfigurationError
+from pulsar_state.errors import ConfigurationError, PulsarStateError
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import PulsarMap
 
@@ -219,19 +219,26 @@ class SinkFunction(Function):  # type: ignore[misc]
                 sink = SqlUpsertSink()
                 sink.open(config, context)
                 metadata_topic = config.get("metadataTopic")
-                if metadata_topic:
-                    self._records = PulsarMap[str, Any](
-                        context.get_pulsar_client(),
-                        metadata_topic,
-                        admin_url=config.get("adminUrl"),
-                    )
-                    self.config_version = record_metadata(
-                        self._records,
-                        context.get_function_name(),
-                        sink.metadata_config(config),
-                        sink.schema,
-                    )
-                self._sink = sink
+                records: PulsarMap[str, Any] | None = None
+                try:
+                    if metadata_topic:
+                        records = PulsarMap[str, Any](
+                            context.get_pulsar_client(),
+                            metadata_topic,
+                            admin_url=config.get("adminUrl"),
+                        )
+                        self.config_version = record_metadata(
+                            records,
+                            context.get_function_name(),
+                            sink.metadata_config(config),
+                            sink.schema,
+                        )
+                except BaseException:  # nothing half-open left behind for the next try
+                    if records is not None:
+                        records.close()
+                    sink.close()
+                    raise
+                self._records, self._sink = records, sink
             return self._sink
 
     def _note_owner(self, topic: str, context: Any) -> None:
@@ -239,21 +246,24 @@ class SinkFunction(Function):  # type: ignore[misc]
 
         Checked on local state for every record (no round trip): a partition
         taken over, or taken back after another instance recorded itself, is
-        written once.
+        written once. Bookkeeping only: a failure is logged and retried with
+        the next record, never holds the data back.
         """
         if self._records is None:
             return
         key, instance = owner_key(context.get_function_name(), topic), _instance_id(context)
-        current = self._records.get(key).result(timeout=60)
-        if isinstance(current, dict) and current.get("instance") == instance:
-            return
-        owner = {"instance": instance, "since": int(time.time() * 1000)}
-        self._records.put(key, owner).result(timeout=60)
+        try:
+            current = self._records.get(key).result(timeout=60)
+            if isinstance(current, dict) and current.get("instance") == instance:
+                return
+            owner = {"instance": instance, "since": int(time.time() * 1000)}
+            self._records.put(key, owner).result(timeout=60)
+        except (PulsarStateError, TimeoutError) as exc:
+            context.get_logger().warning("could not record the owner of %s: %s", topic, exc)
 
     def process(self, input: Any, context: Any) -> None:
         sink = self._open(context)
         topic = context.get_current_message_topic_name()
-        self._note_owner(topic, context)
         value = input if isinstance(input, bytes) else str(input).encode()
         record = SinkRecord(
             topic=topic,
@@ -263,6 +273,7 @@ class SinkFunction(Function):  # type: ignore[misc]
         )
         if not sink.write(record):
             context.get_logger().info("skipped redelivered record %s", record.position)
+        self._note_owner(topic, context)
 
     def close(self) -> None:
         if self._sink is not None:

@@ -55,11 +55,23 @@ def runtime_requirements(extras: Iterable[str] = ()) -> list[str]:
 
 
 def _copy_own_code(dest: Path) -> None:
-    """This project's package, as installed (an editable install's links resolved)."""
+    """This project's package, as installed.
+
+    An editable install is a tree of links made at install time: for each of
+    its folders, every module of the linked source folder is taken, so a
+    module added since the install is not left out.
+    """
     source = Path(str(resources.files("pulsar_state")))
-    shutil.copytree(
-        source, dest / "pulsar_state", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
-    )
+    target = dest / "pulsar_state"
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for folder in [source, *(p for p in source.rglob("*") if p.is_dir())]:
+        linked = next((f for f in folder.glob("*.py") if f.is_symlink()), None)
+        if linked is None:
+            continue
+        out = target / folder.relative_to(source)
+        for module in linked.resolve().parent.glob("*.py"):
+            if not (out / module.name).exists():
+                shutil.copy2(module, out / module.name)
 
 
 def _pip_install(
@@ -84,7 +96,14 @@ def _pip_install(
             cmd += ["--python-version", python_version]
         if platform:
             cmd += ["--platform", platform]
-    proc = subprocess.run([*cmd, *requirements], capture_output=True, text=True, check=False)
+    try:
+        proc = subprocess.run(
+            [*cmd, *requirements], capture_output=True, text=True, check=False, timeout=900
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise ConfigurationError(
+            f"pip did not install the function's dependencies within {exc.timeout:.0f} s"
+        ) from exc
     if proc.returncode != 0:
         raise ConfigurationError(
             f"pip could not install the function's dependencies ({' '.join(requirements)}):\n"
@@ -118,9 +137,12 @@ def build_function_package(
         shutil.copy2(entry, src / entry.name)
         target = out_dir / f"{name}.zip"
         partial = target.with_suffix(".zip.partial")
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as zf:
-            for path in sorted(Path(tmp).rglob("*")):
-                if path.is_file() and "__pycache__" not in path.parts:
-                    zf.write(path, path.relative_to(tmp).as_posix())
-        partial.replace(target)
+        try:
+            with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as zf:
+                for path in sorted(Path(tmp).rglob("*")):
+                    if path.is_file() and "__pycache__" not in path.parts:
+                        zf.write(path, path.relative_to(tmp).as_posix())
+            partial.replace(target)
+        finally:
+            partial.unlink(missing_ok=True)
     return target

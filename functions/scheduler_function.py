@@ -13,8 +13,12 @@ instance id ``tenant/ns/name:i`` -> member id). Members read their own with
 
 Heartbeats (JSON, at least every ``memberTtlSeconds`` / 3)::
 
-    {"member": "worker-1"}                  # "op": "heartbeat" is the default
-    {"member": "worker-1", "op": "leave"}   # a clean shutdown: moves its work at once
+    {"member": "worker-1", "ts": 1763856000000}                 # "op": "heartbeat" by default
+    {"member": "worker-1", "op": "leave", "ts": 1763856001000}  # a clean shutdown
+
+``ts`` (the sender's clock, ms; optional) orders one member's heartbeats: a
+redelivered or reordered older one changes nothing, and one sent before a
+``leave`` does not bring the member back.
 
 A Python function runs only when a message comes (its runtime has no start or
 timer hook), so the members' heartbeats are what drives it: each one renews
@@ -37,6 +41,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from pulsar import Function
@@ -47,7 +52,13 @@ from pulsar_state.functions.metadata_manager import validate_fqn
 from pulsar_state.functions.scheduler import publish_assignment
 from pulsar_state.pulsar_map import MapOp, PulsarMap
 
-__all__ = ["HeartbeatError", "SchedulerFunction", "parse_heartbeat", "wanted_instances"]
+__all__ = [
+    "Heartbeat",
+    "HeartbeatError",
+    "SchedulerFunction",
+    "parse_heartbeat",
+    "wanted_instances",
+]
 
 _MAX_MEMBER_ID = 200
 
@@ -56,8 +67,16 @@ class HeartbeatError(ValueError):
     """A heartbeat that cannot be used (skipped, logged and counted)."""
 
 
-def parse_heartbeat(raw: Any) -> tuple[str, str]:
-    """(member id, "heartbeat" | "leave"), or :class:`HeartbeatError`."""
+@dataclass(frozen=True)
+class Heartbeat:
+    member: str
+    op: str  # "heartbeat" | "leave"
+    #: the sender's clock (ms), when it gives one: orders a member's heartbeats
+    ts: int | None = None
+
+
+def parse_heartbeat(raw: Any) -> Heartbeat:
+    """Decode one heartbeat, or :class:`HeartbeatError`."""
     try:
         message = json.loads(raw)
     except (ValueError, TypeError) as exc:
@@ -72,7 +91,10 @@ def parse_heartbeat(raw: Any) -> tuple[str, str]:
     op = message.get("op", "heartbeat")
     if op not in ("heartbeat", "leave"):
         raise HeartbeatError(f"op must be heartbeat or leave, got {op!r}")
-    return member, op
+    ts = message.get("ts")
+    if ts is not None and (not isinstance(ts, int) or isinstance(ts, bool) or ts < 0):
+        raise HeartbeatError(f"ts must be a timestamp in ms, got {ts!r}")
+    return Heartbeat(member, op, ts)
 
 
 def wanted_instances(records: dict[str, Any], on_bad: Any = None) -> list[str]:
@@ -88,6 +110,15 @@ def wanted_instances(records: dict[str, Any], on_bad: Any = None) -> list[str]:
             if on_bad is not None:
                 on_bad(fqn, exc)
     return wanted
+
+
+def _expiry(record: Any) -> int:
+    """A member record's expiry (ms); 0 for anything that is not one."""
+    if isinstance(record, dict):
+        expires = record.get("expires")
+        if isinstance(expires, int) and not isinstance(expires, bool):
+            return expires
+    return 0
 
 
 class SchedulerFunction(Function):  # type: ignore[misc]
@@ -127,7 +158,7 @@ class SchedulerFunction(Function):  # type: ignore[misc]
     def process(self, input: Any, context: Any) -> None:
         log = context.get_logger()
         try:
-            member, op = parse_heartbeat(input)
+            heartbeat = parse_heartbeat(input)
             ttl_ms = self._ttl_ms(context)
         except HeartbeatError as exc:
             log.warning("skipped a heartbeat: %s", exc)
@@ -136,7 +167,7 @@ class SchedulerFunction(Function):  # type: ignore[misc]
         members = self._map(context, "membersTopic", "function-members")
         records = self._map(context, "metadataTopic", "function-metadata")
         assignments = self._map(context, "assignmentTopic", "function-assignments")
-        alive = self.beat(members, member, op, ttl_ms)
+        alive = self.beat(members, heartbeat, ttl_ms)
 
         def bad_record(fqn: str, exc: Exception) -> None:
             log.warning("not scheduling the record of %s: %s", fqn, exc)
@@ -151,26 +182,49 @@ class SchedulerFunction(Function):  # type: ignore[misc]
 
     @staticmethod
     def beat(
-        members: PulsarMap[str, Any], member: str, op: str, ttl_ms: int, now_ms: int | None = None
+        members: PulsarMap[str, Any], heartbeat: Heartbeat, ttl_ms: int, now_ms: int | None = None
     ) -> list[str]:
-        """Renew (or remove) ``member``, expire the silent ones; the live members.
+        """Renew (or remove) the member, expire the silent ones; the live members.
 
-        One atomic write; also usable without a worker.
+        One atomic write, on the latest state; also usable without a worker.
+        A member's record is ``{"expires", "seen", "left"}``: ``seen`` is the
+        sender's timestamp of its newest heartbeat, so a redelivered or
+        reordered older one changes nothing, and a ``leave`` stays recorded
+        for a TTL so that an older heartbeat cannot bring the member back.
+        Expiry uses this function's clock; a heartbeat older than half a TTL
+        by its sender's clock means a backlog is being worked off (after a
+        failover), and expires nobody else: their newer heartbeats are queued.
         """
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        clock: dict[str, int] = {}
 
         def gen(state: dict[str, Any]) -> list[MapOp[str, Any]]:
+            now = int(time.time() * 1000) if now_ms is None else now_ms
+            ts = heartbeat.ts
+            backlog = ts is not None and now - ts > ttl_ms // 2
+            clock["now"], clock["backlog"] = now, int(backlog)
             ops = [
                 members._delete_op(m)
-                for m, expires in state.items()
-                if m != member and (not isinstance(expires, int) or expires < now)
+                for m, record in state.items()
+                if m != heartbeat.member
+                and (not _expiry(record) or (_expiry(record) < now and not backlog))
             ]
-            if op == "leave":
-                if member in state:
-                    ops.append(members._delete_op(member))
-            else:
-                ops.append(members._op(member, now + ttl_ms))
-            return ops
+            current = state.get(heartbeat.member)
+            seen = current.get("seen") if isinstance(current, dict) else None
+            if ts is not None and seen is not None and ts <= seen:
+                return ops  # older than what is recorded: redelivered or reordered
+            left = heartbeat.op == "leave"
+            if left and current is None:
+                return ops
+            record = {"expires": now + ttl_ms, "seen": ts, "left": left}
+            return [*ops, members._op(heartbeat.member, record)]
 
-        alive: list[str] = members.manager.write(gen, reader=sorted).result(timeout=60)
-        return alive
+        def alive(state: dict[str, Any]) -> list[str]:
+            now, backlog = clock.get("now", 0), clock.get("backlog", 0)
+            return sorted(
+                m
+                for m, r in state.items()
+                if _expiry(r) and (backlog or _expiry(r) >= now) and not r.get("left")
+            )
+
+        result: list[str] = members.manager.write(gen, reader=alive).result(timeout=60)
+        return result

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from typing import Any
 
 import pulsar
@@ -54,7 +55,8 @@ class SchedulerMember:
         self._thread.start()
 
     def _send(self, op: str) -> None:
-        self._producer.send(json.dumps({"member": self.member_id, "op": op}).encode())
+        heartbeat = {"member": self.member_id, "op": op, "ts": int(time.time() * 1000)}
+        self._producer.send(json.dumps(heartbeat).encode())
 
     def _beat(self) -> None:
         while not self._stop.is_set():

@@ -222,6 +222,14 @@ class SharedStateManager(Generic[S, Op]):
         result: Future[R] = Future()
 
         def on_last(last: Position | None, error: PulsarStateError | None) -> None:
+            # runs on the client's thread: nothing may escape it
+            try:
+                reply(last, error)
+            except BaseException as exc:  # e.g. no timer thread at shutdown
+                if not result.done():
+                    result.set_exception(exc)
+
+        def reply(last: Position | None, error: PulsarStateError | None) -> None:
             if last is None:
                 result.set_exception(error or PulsarStateError("no last message id"))
                 return

@@ -56,6 +56,12 @@ def test_the_zip_has_pulsars_layout_and_leaves_the_runtime_out(manager_zip: Path
     assert any(n.startswith(f"{src}tenacity/") for n in names)
     assert not any(n.startswith((f"{src}pulsar/", f"{src}bin/")) for n in names)
     assert not any("__pycache__" in n for n in names)
+    # every module of the source folders (an editable install links files: one
+    # added since the install must not be left out)
+    repo = Path(__file__).resolve().parents[2]
+    for folder, package in (("state", ""), ("functions", "functions/"), ("deploy", "deploy/")):
+        for module in (repo / folder).glob("*.py"):
+            assert f"{src}pulsar_state/{package}{module.name}" in names, module
 
 
 def test_the_entry_point_imports_from_the_zip_alone(manager_zip: Path, tmp_path: Path) -> None:

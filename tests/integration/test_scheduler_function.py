@@ -18,6 +18,7 @@ from pulsar_state import PulsarMap
 from pulsar_state.deploy.function_package import build_function_package
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 from pulsar_state.functions.scheduler_function import (
+    Heartbeat,
     HeartbeatError,
     SchedulerFunction,
     parse_heartbeat,
@@ -34,9 +35,17 @@ def _record(fqn: str, parallelism: Any) -> dict[str, Any]:
 
 
 def test_heartbeats_and_records_are_checked() -> None:
-    assert parse_heartbeat(b'{"member": "w1"}') == ("w1", "heartbeat")
-    assert parse_heartbeat('{"member": "w1", "op": "leave"}') == ("w1", "leave")
-    for bad in (b"nope", b"[]", b'{"member": ""}', b'{"member": "a/b"}', b'{"member": 3}'):
+    assert parse_heartbeat(b'{"member": "w1"}') == Heartbeat("w1", "heartbeat")
+    leave = parse_heartbeat('{"member": "w1", "op": "leave", "ts": 5}')
+    assert leave == Heartbeat("w1", "leave", 5)
+    for bad in (
+        b"nope",
+        b"[]",
+        b'{"member": ""}',
+        b'{"member": "a/b"}',
+        b'{"member": 3}',
+        b'{"member": "w1", "ts": "soon"}',
+    ):
         with pytest.raises(HeartbeatError):
             parse_heartbeat(bad)
     with pytest.raises(HeartbeatError, match="op"):
@@ -60,12 +69,29 @@ def test_members_expire_after_their_ttl(
 ) -> None:
     topic = f"persistent://public/default/{unique_name('members')}"
     with PulsarMap[str, Any](client, topic, admin_url=pulsar_endpoint.admin_url) as members:
-        assert SchedulerFunction.beat(members, "w1", "heartbeat", 1000, now_ms=0) == ["w1"]
-        assert SchedulerFunction.beat(members, "w2", "heartbeat", 1000, now_ms=500) == ["w1", "w2"]
+
+        def beat(member: str, op: str, ts: int | None, now: int) -> list[str]:
+            return SchedulerFunction.beat(members, Heartbeat(member, op, ts), 1000, now_ms=now)
+
+        assert beat("w1", "heartbeat", 0, now=0) == ["w1"]
+        assert beat("w2", "heartbeat", 500, now=500) == ["w1", "w2"]
         # w1 was last heard of at 0: gone at 1001; w2 renews
-        assert SchedulerFunction.beat(members, "w2", "heartbeat", 1000, now_ms=1001) == ["w2"]
-        assert SchedulerFunction.beat(members, "w2", "leave", 1000, now_ms=1002) == []
-        assert SchedulerFunction.beat(members, "w9", "leave", 1000, now_ms=1003) == []
+        assert beat("w2", "heartbeat", 1001, now=1001) == ["w2"]
+        # a redelivered older heartbeat renews nothing (w2 stays due at 2001)
+        assert beat("w2", "heartbeat", 700, now=1900) == ["w2"]
+        assert beat("w3", "heartbeat", 2002, now=2002) == ["w3"]
+        # a leave; then a heartbeat sent before it, redelivered, does not bring w3 back
+        assert beat("w3", "leave", 2100, now=2100) == []
+        assert beat("w3", "heartbeat", 2050, now=2200) == []
+        assert beat("w9", "leave", 2300, now=2300) == []  # never there: nothing recorded
+        assert beat("w3", "heartbeat", 2400, now=2400) == ["w3"]  # it rejoins
+        assert beat("w4", "heartbeat", 2500, now=2500) == ["w3", "w4"]
+        assert beat("w4", "heartbeat", 3450, now=3450) == ["w4"]  # w3 was due at 3400
+        # working off a backlog (a heartbeat sent long ago, e.g. after a failover)
+        # expires nobody: w4 (due at 4450) may have newer heartbeats queued
+        assert beat("w5", "heartbeat", 3000, now=4700) == ["w4", "w5"]
+        # a fresh heartbeat (here one without a timestamp, hand-written) does
+        assert beat("w6", "heartbeat", None, now=4800) == ["w5", "w6"]
 
 
 @pytest.mark.timeout(900)
