@@ -109,8 +109,8 @@ def _with_worker_python(command: Any) -> Any:
 
 def _packages(
     out_dir: Path, python_version: str | None, platform: str | None
-) -> Iterator[tuple[str, Path, Path]]:
-    """Build each function's zip into ``out_dir``: (config file, config path, zip)."""
+) -> Iterator[tuple[str, Path]]:
+    """Build each function's zip into ``out_dir``: (config file, zip)."""
     for config_file, (entry, extras) in FUNCTIONS.items():
         zip_path = build_function_package(
             name=_load(config_file)["name"],
@@ -120,7 +120,7 @@ def _packages(
             python_version=python_version,
             platform=platform,
         )
-        yield config_file, _config_dir() / config_file, zip_path
+        yield config_file, zip_path
 
 
 @click.command()
@@ -136,7 +136,7 @@ def _packages(
 def package(out_dir: Path, python_version: str | None, platform: str | None) -> None:
     """Build a self-contained zip for each function (--py of functions create)."""
     try:
-        for _, _, path in _packages(out_dir, python_version, platform):
+        for _, path in _packages(out_dir, python_version, platform):
             click.echo(f"{path} ({path.stat().st_size // 1024} KiB)")
     except ConfigurationError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -164,10 +164,10 @@ def deploy(admin_url: str, code: str, python_version: str | None, platform: str 
                 raise click.ClickException(str(exc)) from exc
         else:
             targets = [
-                (config_file, _config_dir() / config_file, _entry(entry))
-                for config_file, (entry, _) in FUNCTIONS.items()
+                (config_file, _entry(entry)) for config_file, (entry, _) in FUNCTIONS.items()
             ]
-        for config_file, path, py in targets:
+        for config_file, py in targets:
+            path = _config_dir() / config_file
             config = _load(config_file)
             fqn = (config["tenant"], config["namespace"], config["name"])
             try:

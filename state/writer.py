@@ -373,8 +373,7 @@ class Writer(Generic[S, Op]):
         topic itself, one ``get_last_message_id`` round trip.
         """
         if request.blind:  # it promised to ignore the state: no lock, no waiting
-            ops = request.generator(self._tailer.state)
-            return self._encode(None if ops is None else list(ops))
+            return self._encode(self._generate(request, locked=False))
         try:
             if self._last_sent is not None:
                 self._tailer.wait_applied(self._last_sent, self._config.operation_timeout_s)
@@ -392,8 +391,8 @@ class Writer(Generic[S, Op]):
             raise _CatchUpFailedError(exc) from exc
         return self._encode(self._generate(request))
 
-    def _generate(self, request: WriteRequest[S, Op]) -> list[Op] | None:
-        with self._tailer.lock:
+    def _generate(self, request: WriteRequest[S, Op], *, locked: bool = True) -> list[Op] | None:
+        with self._tailer.lock if locked else contextlib.nullcontext():
             ops = request.generator(self._tailer.state)
         return None if ops is None else list(ops)
 
