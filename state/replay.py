@@ -233,6 +233,20 @@ class LogReplay(Generic[S, Op]):
         self._buf_ops, self._buf_entry, self._buf_write = [], None, None
         self._buf_last, self._buf_bad, self._buf_epoch, self._buf_keys = None, None, 0, []
         applied_ops: list[Op] = []
+        if epoch >= epoch_of(pos.ledger, pos.entry):
+            # no epoch marker can have made this epoch: a marker precedes every
+            # write of its writer, so a legitimate write's epoch is below its own
+            # position. Taking it would make every later legitimate write stale.
+            self._invalid(
+                "forged_epoch",
+                pos,
+                f"write {write_id} claims epoch {epoch}, beyond its own position; skipped",
+            )
+            self._touched_by_invalid(keys, pos)
+            with self._cond:
+                self._advance_locked(pos)
+            self._report(members, pos, applied=False)
+            return
         stale = True
         with self._cond:
             if epoch < self.epoch:

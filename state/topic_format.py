@@ -31,7 +31,9 @@ Log-level fencing: the broker's ``ExclusiveWithFencing`` does not stop a write
 the old producer had in flight from landing *after* the new writer's marker (seen
 on Pulsar 4.0.8). So every reader applies a write only if its epoch is not older
 than the newest epoch seen before it in the log; a stale write is skipped by
-every reader alike, and its writer, seeing it skipped, re-runs it. A stale op
+every reader alike, and its writer, seeing it skipped, re-runs it. A write
+whose epoch is at or beyond its own position came through no epoch marker and is
+skipped too, so that no message can raise the epoch past a real marker's. A stale op
 could still be the last value of its key for compaction, so the writer that
 holds the topic re-writes the current value of every key a stale write touched
 ("repair"). Keyless topics keep every marker (unique keys) instead.

@@ -82,3 +82,54 @@ def test_garbage_under_user_keys_survives_compaction_without_loss(
         lost=0,
         note=f"garbage: {skipped} messages skipped and counted by the writer's reader",
     )
+
+
+def test_a_forged_epoch_cannot_stop_the_writers(
+    pulsar_endpoint: PulsarEndpoint, make_client: Any, fault_report: FaultReport
+) -> None:
+    """A well-formed write claiming a future epoch (it came through no epoch
+    marker) must not make every later legitimate write stale."""
+    admin_url = pulsar_endpoint.admin_url
+    topic = unique_topic("forged-epoch")
+    with PulsarMap[str, int](make_client(), topic, admin_url=admin_url) as m:
+        m.put("a", 1).result(60)
+        producer = make_client().create_producer(
+            topic, access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing
+        )
+        huge = str(1 << 62)
+        try:
+            forged = {"pss": "1", "pss.k": "write", "pss.w": "forged-w", "pss.e": huge}
+            producer.send(b"666", properties=forged, partition_key="a")
+            forged_op = {"pss": "1", "pss.k": "op", "pss.w": "forged-g", "pss.e": huge}
+            producer.send(b"777", properties=forged_op, partition_key="b")
+            commit = b'{"w":"forged-g","ws":["forged-g"],"n":1,"e":%s}' % huge.encode()
+            forged_commit = {"pss": "1", "pss.k": "commit", "pss.w": "forged-g", "pss.e": huge}
+            producer.send(commit, properties=forged_commit, partition_key="__pss__/commit")
+        finally:
+            producer.close()
+        # the writer regains the topic and its writes still count
+        m.put("c", 3).result(60)
+        m.update("a", lambda v: (v or 0) + 1).result(60)
+        assert m.items(latest=True).result(60) == {"a": 2, "c": 3}
+        assert m.manager.latest_epoch < (1 << 62)
+        wait_until(lambda: not m.manager._tailer.stale_keys, message="keys repaired")
+        skipped = m.manager.invalid_messages
+    assert skipped >= 2
+    with PulsarMap[str, int](make_client(), topic, admin_url=admin_url) as fresh:
+        assert fresh.items(latest=True).result(60) == {"a": 2, "c": 3}
+        fresh.put("d", 4).result(60)
+    _compact(admin_url, topic)
+    with PulsarMap[str, int](make_client(), topic, admin_url=admin_url) as compacted:
+        assert compacted.items(latest=True).result(60) == {"a": 2, "c": 3, "d": 4}
+    fault_report.add(
+        test="forged future epoch",
+        ops=4,
+        ok=4,
+        unknown=0,
+        failed=0,
+        faults="1x foreign takeover, 2 writes claiming epoch 2^62",
+        takeovers="-",
+        violations=0,
+        lost=0,
+        note=f"forged writes skipped and counted ({skipped} messages)",
+    )

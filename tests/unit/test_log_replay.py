@@ -104,3 +104,31 @@ def test_a_tombstone_cannot_be_a_self_committing_write() -> None:
         write_message("w1", "a", b"", 1)
     keyless = write_message("w1", None, b"v", 1)
     assert keyless.key == "__pss__/op/w1/0" and keyless.properties["pss.k"] == "write"
+
+
+def test_a_write_claiming_an_epoch_beyond_its_own_position_is_skipped() -> None:
+    # no epoch marker made that epoch: it must not make later writes stale
+    replay, outcomes = _replay()
+    replay.feed(_Message(epoch_message("wr", 1, keep=False), 1, 0))
+    epoch = epoch_of(1, 0)
+    replay.feed(_Message(write_message("forged", "a", b"6", 1 << 62), 1, 1))
+    replay.feed(_Message(op_message("g", 0, "b", b"7", 1 << 62), 1, 2, 0))
+    replay.feed(_Message(commit_message("g", 1, 1 << 62, keep=False), 1, 2, 1))
+    replay.feed(_Message(write_message("w1", "c", b"3", epoch), 1, 3))
+    assert replay.state == {"c": 3} and replay.epoch == epoch
+    assert replay.invalid_count == 2 and replay.stale_writes == 0
+    assert set(replay.stale_keys) == {"a", "b"}  # the writer re-asserts them
+    assert outcomes[-1] == (("w1",), True)
+
+
+def test_an_epoch_from_a_compacted_away_marker_still_counts() -> None:
+    # compaction keeps only the newest marker: older writes name markers a
+    # compacted reader never sees, and still order stale writes after them
+    replay, outcomes = _replay()
+    replay.feed(_Message(write_message("w1", "a", b"1", epoch_of(1, 0)), 1, 1))
+    replay.feed(_Message(write_message("w2", "a", b"2", epoch_of(1, 5)), 1, 6))
+    replay.feed(_Message(write_message("w3", "b", b"3", epoch_of(1, 0)), 1, 7))  # stale
+    replay.feed(_Message(epoch_message("wr", 3, keep=False), 1, 9))
+    replay.feed(_Message(write_message("w4", "b", b"4", epoch_of(1, 9)), 1, 10))
+    assert replay.state == {"a": 2, "b": 4} and replay.stale_writes == 1
+    assert replay.invalid_count == 0
