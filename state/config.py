@@ -47,6 +47,14 @@ class StateConfig:
             and ``MetadataStore``; left alone by the generic manager); ``0``
             turns the broker's automatic compaction off for the topic.
         subscription_prefix: prefix of each manager's own tail subscription.
+        max_takeovers_per_s: in ``"fencing"`` mode, how many times a second
+            this writer may take the topic over, on average (a token bucket
+            of ``takeover_burst``; :mod:`pulsar_state.takeover`). A failover is
+            immediate; under contention a writer that keeps losing the topic
+            waits for its turn, and the holder writes all it has queued.
+            ``None``: unbounded (Pulsar 4.0.8 can deadlock under hundreds of
+            takeovers a second; see ``docs/findings/``).
+        takeover_burst: takeovers allowed back to back before the rate applies.
     """
 
     access_mode: AccessMode = "fencing"
@@ -61,6 +69,8 @@ class StateConfig:
     ensure_retention: bool = True
     compaction_threshold_bytes: int | None = None
     subscription_prefix: str = "pss-tail-"
+    max_takeovers_per_s: float | None = 5.0
+    takeover_burst: int = 2
 
     def __post_init__(self) -> None:
         if self.access_mode not in _ACCESS_MODES:
@@ -89,6 +99,15 @@ class StateConfig:
             )
         if self.compaction_threshold_bytes is not None and self.compaction_threshold_bytes < 0:
             raise ConfigurationError("compaction_threshold_bytes must be >= 0")
+        if self.max_takeovers_per_s is not None and (
+            not isinstance(self.max_takeovers_per_s, int | float) or self.max_takeovers_per_s <= 0
+        ):
+            raise ConfigurationError(
+                f"max_takeovers_per_s must be a positive number or None, "
+                f"got {self.max_takeovers_per_s!r}"
+            )
+        if not isinstance(self.takeover_burst, int) or self.takeover_burst < 1:
+            raise ConfigurationError(f"takeover_burst must be >= 1, got {self.takeover_burst!r}")
         if not self.subscription_prefix:
             raise ConfigurationError("subscription_prefix must not be empty")
 

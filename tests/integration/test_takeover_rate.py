@@ -1,0 +1,153 @@
+"""Writers take the topic from each other at a bounded rate.
+
+Every acquisition appends one epoch marker, so the markers on the topic count
+the takeovers exactly. Four processes contending on one key (started together,
+as the bench's contended workload does) must stay under the configured rate
+(Pulsar 4.0.8 can deadlock under hundreds of fencing takeovers a second:
+docs/findings/pulsar-4.0.8-fencing-deadlock.md), and lose nothing.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pulsar
+import pytest
+from harness import PulsarEndpoint, unique_topic
+
+from pulsar_state import BadVersionError, MetadataStore, PulsarMap, StateConfig
+from pulsar_state.topic_format import PROP_KIND, Kind
+
+PROCESSES = 4
+INCREMENTS = 150
+
+
+@dataclass(frozen=True)
+class _Spec:
+    service_url: str
+    admin_url: str
+    topic: str
+    how: str  # "update" on a map, or "cas": a compare-and-set loop on a store
+    config: StateConfig
+
+
+def _contend(spec: _Spec, ready: Any, go: Any, out: Any) -> None:  # pragma: no cover - child
+    try:
+        out.put(_increments(spec, ready, go))
+    except BaseException as exc:
+        out.put(repr(exc))
+        raise
+
+
+def _increments(spec: _Spec, ready: Any, go: Any) -> int:  # pragma: no cover - child
+    client = pulsar.Client(spec.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        if spec.how == "update":
+            with PulsarMap[str, int](
+                client, spec.topic, admin_url=spec.admin_url, config=spec.config
+            ) as m:
+                ready.put(1)
+                go.wait(120)
+                for _ in range(INCREMENTS):
+                    m.update("n", lambda v: (v or 0) + 1).result(120)
+            return INCREMENTS
+        with MetadataStore(client, spec.topic, admin_url=spec.admin_url, config=spec.config) as s:
+            ready.put(1)
+            go.wait(120)
+            done = 0
+            while done < INCREMENTS:
+                got = s.get("/n", latest=True).result(120)
+                version = -1 if got is None else got.stat.version
+                value = 1 if got is None else int(got.value) + 1
+                try:
+                    s.put("/n", str(value).encode(), version).result(120)
+                    done += 1
+                except BadVersionError:
+                    continue
+            return done
+    finally:
+        client.close()
+
+
+def _epoch_markers(client: pulsar.Client, topic: str) -> int:
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    count = 0
+    try:
+        while reader.has_message_available():
+            if reader.read_next(10_000).properties().get(PROP_KIND) == Kind.EPOCH:
+                count += 1
+    finally:
+        reader.close()
+    return count
+
+
+def _final(client: pulsar.Client, spec: _Spec) -> int:
+    if spec.how == "update":
+        with PulsarMap[str, int](client, spec.topic, admin_url=spec.admin_url) as m:
+            return int(m.get("n", latest=True).result(60))
+    with MetadataStore(client, spec.topic, admin_url=spec.admin_url) as store:
+        got = store.get("/n", latest=True).result(60)
+        return 0 if got is None else int(got.value)
+
+
+def _run(endpoint: PulsarEndpoint, client: pulsar.Client, spec: _Spec) -> tuple[int, float]:
+    """Takeovers made by the contended run, and how long it took."""
+    ctx = multiprocessing.get_context("spawn")
+    ready, go, out = ctx.Queue(), ctx.Event(), ctx.Queue()
+    workers = [ctx.Process(target=_contend, args=(spec, ready, go, out)) for _ in range(PROCESSES)]
+    for w in workers:
+        w.start()
+    try:
+        for _ in range(PROCESSES):
+            ready.get(timeout=120)
+        before = _epoch_markers(client, spec.topic)
+        started = time.monotonic()
+        go.set()
+        done = [out.get(timeout=240) for _ in range(PROCESSES)]
+        elapsed = time.monotonic() - started
+    finally:
+        for w in workers:
+            w.join(timeout=30)
+            if w.is_alive():
+                w.kill()
+    assert done == [INCREMENTS] * PROCESSES
+    assert _final(client, spec) == PROCESSES * INCREMENTS
+    return _epoch_markers(client, spec.topic) - before, elapsed
+
+
+def _bound(config: StateConfig, elapsed: float) -> float:
+    # each process: its bucket's burst, then at most `rate` a second
+    assert config.max_takeovers_per_s is not None
+    return PROCESSES * (config.takeover_burst + config.max_takeovers_per_s * elapsed)
+
+
+@pytest.mark.parametrize("how", ["update", "cas"])
+def test_the_default_configuration_bounds_takeovers(
+    pulsar_endpoint: PulsarEndpoint, client: pulsar.Client, how: str
+) -> None:
+    config = StateConfig()
+    assert config.access_mode == "fencing"
+    assert config.max_takeovers_per_s is not None, "the default must bound takeovers"
+    topic = unique_topic(f"takeovers-{how}")
+    spec = _Spec(pulsar_endpoint.service_url, pulsar_endpoint.admin_url, topic, how, config)
+    takeovers, elapsed = _run(pulsar_endpoint, client, spec)
+    assert takeovers <= _bound(config, elapsed), f"{takeovers} takeovers in {elapsed:.1f}s"
+
+
+def test_a_low_takeover_rate_is_kept_and_nothing_is_lost(
+    pulsar_endpoint: PulsarEndpoint, client: pulsar.Client
+) -> None:
+    # far below the rate contention makes unbounded (~20/s here): the limiter is what keeps it
+    config = StateConfig(max_takeovers_per_s=1.0, takeover_burst=1)
+    spec = _Spec(
+        pulsar_endpoint.service_url,
+        pulsar_endpoint.admin_url,
+        unique_topic("takeovers-low"),
+        "update",
+        config,
+    )
+    takeovers, elapsed = _run(pulsar_endpoint, client, spec)
+    assert takeovers <= _bound(config, elapsed), f"{takeovers} takeovers in {elapsed:.1f}s"
