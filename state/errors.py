@@ -22,6 +22,7 @@ __all__ = [
     "PulsarStateError",
     "InvalidMessageError",
     "FencedError",
+    "ForkedProcessError",
     "NotFoundError",
     "ResourceBusyError",
     "OperationTimeoutError",
@@ -47,6 +48,26 @@ class ConfigurationError(PulsarStateError, ValueError):
 
 class StateClosedError(PulsarStateError):
     """The manager (or map) was closed, or failed and stopped."""
+
+
+class ForkedProcessError(StateClosedError):
+    """An object made in a parent process was used in a forked child.
+
+    A manager, map or store (and a ``pulsar.Client`` that pulsar-shared-state
+    has used) belongs to the process that made it: its threads and connections
+    do not survive ``fork()``. The child must create its own client and objects.
+    ``created_pid`` is the process that made the object, ``current_pid`` this one.
+    """
+
+    def __init__(self, what: str, *, created_pid: int, current_pid: int) -> None:
+        self.created_pid = created_pid
+        self.current_pid = current_pid
+        super().__init__(
+            f"{what} was created in process {created_pid} and cannot be used in this "
+            f"process ({current_pid}), a fork of it: its threads and connections do not "
+            "survive fork(); create a new pulsar.Client and new pulsar_state objects in "
+            "this process (after the fork)"
+        )
 
 
 class StateTopicError(PulsarStateError):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -27,7 +28,7 @@ from typing import Any, Generic, Self, TypeVar
 
 import pulsar
 
-from pulsar_state import metrics
+from pulsar_state import forks, metrics
 from pulsar_state.admin import PulsarAdmin, topic_path
 from pulsar_state.config import StateConfig
 from pulsar_state.errors import (
@@ -100,6 +101,8 @@ class SharedStateManager(Generic[S, Op]):
             raise TypeError(f"client must be a pulsar.Client, got {type(client).__name__}")
         if not callable(initializer) or not callable(applier):
             raise TypeError("initializer and applier must be callables")
+        forks.claim_client(client)
+        self._pid = os.getpid()
         self.config = config or StateConfig()
         self.topic = full_topic_name(topic)
         self._admin = (
@@ -198,6 +201,7 @@ class SharedStateManager(Generic[S, Op]):
         ``at_least`` (a token from :meth:`write`) waits only until that write is
         applied locally. Both wait at most ``timeout_s``.
         """
+        self.check_process()
         timeout = timeout_s if timeout_s is not None else self.config.operation_timeout_s
         target = Position.parse(at_least) if at_least is not None else None
         if not latest and (target is None or self._tailer.applied.covers(target)):
@@ -277,6 +281,7 @@ class SharedStateManager(Generic[S, Op]):
         when a reader is given. ``blind=True`` promises the generator ignores
         the state, which lets such writes share one entry (group commit).
         """
+        self.check_process()
         written = self._writer.submit(generator, blind=blind)
         if reader is None:
             return written
@@ -350,6 +355,7 @@ class SharedStateManager(Generic[S, Op]):
 
     def add_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
         """Call ``listener`` after each applied write (on the tailer thread; keep it short)."""
+        self.check_process()
         self._tailer.add_listener(listener)
 
     def remove_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
@@ -357,9 +363,15 @@ class SharedStateManager(Generic[S, Op]):
 
     # -- lifecycle ------------------------------------------------------------
 
+    def check_process(self) -> None:
+        """Raise :class:`~pulsar_state.ForkedProcessError` in a process forked after
+        this manager was made: it works only in the process that made it."""
+        forks.check_process(self._pid, f"the state manager of {self.topic}")
+
     def close(self) -> None:
         if getattr(self, "_closed", True):
             return
+        self.check_process()  # a forked child must not close its parent's subscription
         self._closed = True
         self._writer.close()
         self._tailer.close()

@@ -257,6 +257,7 @@ class MetadataStore(BaseMetadataStore):
     def close(self) -> None:
         if self._closed:
             return
+        self.manager.check_process()  # not in a forked child: its session is the parent's
         self._stop.set()
         self._checker.join(timeout=5)
         try:  # a clean exit takes its ephemeral nodes along at once

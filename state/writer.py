@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import itertools
 import logging
 import queue
 import threading
@@ -39,7 +38,7 @@ from typing import Any, Generic, TypeVar
 
 import pulsar
 
-from pulsar_state import metrics
+from pulsar_state import forks, metrics
 from pulsar_state.config import StateConfig
 from pulsar_state.errors import (
     FencedError,
@@ -54,6 +53,7 @@ from pulsar_state.op_codec import OpCodec
 from pulsar_state.position import Position
 from pulsar_state.snapshot import Snapshotter
 from pulsar_state.tailer import Tailer
+from pulsar_state.takeover import TakeoverLimiter
 from pulsar_state.topic_format import (
     MESSAGE_OVERHEAD_BYTES,
     OutgoingMessage,
@@ -81,9 +81,10 @@ _ACCESS = {
 #: wakes the writer thread without a request (e.g. a stale write was seen)
 _WAKE = object()
 
-#: write ids: unique per process (random) and per write (a counter), cheap to make
-_PROCESS_ID = uuid.uuid4().hex[:16]
-_WRITE_SEQ = itertools.count()
+
+def _new_write_id() -> str:
+    """Unique per process (random, made anew in a forked child) and per write (a counter)."""
+    return f"{forks.process_id()}-{forks.next_seq()}"
 
 
 @dataclass(eq=False)
@@ -91,7 +92,7 @@ class WriteRequest(Generic[S, Op]):
     generator: Callable[[S], Any]
     blind: bool
     future: Future[Position] = field(default_factory=Future)
-    write_id: str = field(default_factory=lambda: f"{_PROCESS_ID}-{next(_WRITE_SEQ)}")
+    write_id: str = field(default_factory=_new_write_id)
     attempts: int = 0
     submitted: float = field(default_factory=time.monotonic)
 
@@ -182,6 +183,11 @@ class Writer(Generic[S, Op]):
         self._compactable = compactable
         self._acquisitions = 0
         self._losses = 0  # consecutive losses of the topic: contention backoff
+        self._takeovers = (
+            TakeoverLimiter(rate_per_s=config.max_takeovers_per_s, burst=config.takeover_burst)
+            if config.access_mode == "fencing" and config.max_takeovers_per_s is not None
+            else None
+        )
         self._topic = topic
         self._tailer = tailer
         self._codec = codec
@@ -419,7 +425,7 @@ class Writer(Generic[S, Op]):
             key, payload = ops[0]
             messages = [write_message(members[0].write_id, key, payload, self._epoch)]
         else:
-            group_id = f"{self.writer_id}-g{next(_WRITE_SEQ)}"
+            group_id = f"{self.writer_id}-g{forks.next_seq()}"
             messages = op_messages(group_id, ops, self._epoch)
             messages.append(
                 commit_message(
@@ -597,6 +603,10 @@ class Writer(Generic[S, Op]):
         if self._losses:  # let the writer that just won make progress
             retry = self._config.retry
             retry.sleep(retry.backoff_s(self._losses))
+        if self._takeovers is not None and not self._takeovers.acquire(
+            cancelled=lambda: self._closed
+        ):
+            raise FencedError("closed while waiting for a turn to take the topic over")
         try:
             producer = self._client.create_producer(
                 self._topic,

@@ -1,19 +1,33 @@
-"""Code run in separate processes by the state core's tests (spawned, not forked)."""
+"""Code run in separate processes by the state core's tests (any start method)."""
 
 from __future__ import annotations
+
+import faulthandler
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
 
 import pulsar
 
 from pulsar_state import CoordinationService, MetadataStore, PulsarMap
 
 
-def increment_worker(service_url: str, admin_url: str, topic: str, key: str, times: int) -> int:
-    """Open a map in this process and increment ``key`` ``times`` times."""
+def increment_worker(
+    service_url: str,
+    admin_url: str,
+    topic: str,
+    key: str,
+    times: int,
+    *,
+    op_timeout_s: float = 120.0,
+) -> int:
+    """Open a map in this process (its own client) and increment ``key`` ``times`` times."""
     client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     try:
         with PulsarMap[str, int](client, topic, admin_url=admin_url) as m:
             for _ in range(times):
-                m.update(key, lambda v: (v or 0) + 1).result(timeout=120)
+                m.update(key, lambda v: (v or 0) + 1).result(timeout=op_timeout_s)
             return times
     finally:
         client.close()
@@ -32,3 +46,32 @@ def counter_worker(
             return values
     finally:
         client.close()
+
+
+def try_inherited(
+    calls: dict[str, Callable[[], Any]], conn: Connection, hang_s: float = 25.0
+) -> None:
+    """In a forked child: run each call on objects made by the parent; report what
+    each raised (class name, message, seconds taken) through ``conn``.
+
+    A call that returns a future is waited on for at most 10 s, so that a call
+    that does not fail at once shows up as a timeout, not as a hang of the test;
+    after ``hang_s`` the child dumps its threads' stacks and exits.
+    """
+    # a hang shows where: every thread's stack on stderr, then the child exits
+    faulthandler.dump_traceback_later(hang_s, exit=True)
+    outcomes: dict[str, tuple[str, str, float]] = {}
+    for name, call in calls.items():
+        started = time.monotonic()
+        try:
+            result = call()
+            if hasattr(result, "result"):
+                result = result.result(timeout=10)
+        except BaseException as exc:
+            outcomes[name] = (type(exc).__name__, str(exc), time.monotonic() - started)
+        else:
+            outcomes[name] = ("returned", repr(result)[:200], time.monotonic() - started)
+        conn.send({name: outcomes[name]})
+    conn.send(None)
+    conn.close()
+    faulthandler.cancel_dump_traceback_later()

@@ -1,0 +1,167 @@
+"""Fork safety: processes started after ``import pulsar_state`` (gunicorn --preload,
+Celery prefork, multiprocessing's fork start method, Spark's forked Python workers).
+
+Each process has its own identities (write ids), so contended writers from forked
+processes lose nothing and do not hang; and an object made in the parent (a map,
+a manager, a client the parent already used) fails at once in a forked child
+with :class:`~pulsar_state.ForkedProcessError` instead of hanging.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import multiprocessing
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pulsar
+import pytest
+from harness import PulsarEndpoint, unique_topic
+from state_workers import increment_worker, try_inherited
+
+from pulsar_state import ForkedProcessError, PulsarMap, StateClosedError
+
+ClientFactory = Callable[[], pulsar.Client]
+
+#: the whole contended run, start to finish (spawn needs a few seconds)
+RUN_BOUND_S = 120.0
+#: a forked child's calls on inherited objects: each must fail at once
+CHILD_BOUND_S = 30.0
+
+
+@pytest.mark.parametrize("start_method", ["fork", "forkserver", "spawn"])
+def test_processes_incrementing_one_key_lose_nothing_under_every_start_method(
+    pulsar_endpoint: PulsarEndpoint, make_client: ClientFactory, start_method: str
+) -> None:
+    topic = unique_topic(f"incr-{start_method}")
+    workers, times = 4, 25
+    # like gunicorn --preload: the parent has imported pulsar_state and holds a
+    # live client and map when the workers are forked
+    with PulsarMap[str, int](
+        make_client(), unique_topic("parent"), admin_url=pulsar_endpoint.admin_url
+    ) as parents_map:
+        parents_map.put("alive", 1).result(30)
+        ctx = multiprocessing.get_context(start_method)
+        gc.collect()  # see _run_in_forked_child
+        started = time.monotonic()
+        with ctx.Pool(workers) as pool:
+            pending = pool.starmap_async(
+                functools.partial(increment_worker, op_timeout_s=60),
+                [
+                    (pulsar_endpoint.service_url, pulsar_endpoint.admin_url, topic, "n", times)
+                    for _ in range(workers)
+                ],
+            )
+            try:
+                results = pending.get(timeout=RUN_BOUND_S)
+            except multiprocessing.TimeoutError:
+                pool.terminate()
+                pytest.fail(
+                    f"{workers} {start_method} workers did not finish {times} increments each "
+                    f"within {RUN_BOUND_S:.0f}s"
+                )
+        elapsed = time.monotonic() - started
+        assert sum(results) == workers * times
+        # the parent's own map still works after its children came and went
+        assert parents_map.update("alive", lambda v: (v or 0) + 1).result(30) == 2
+    m = PulsarMap[str, int](make_client(), topic, admin_url=pulsar_endpoint.admin_url)
+    try:
+        assert m.get("n", latest=True).result(30) == workers * times
+    finally:
+        m.close()
+    print(f"{start_method}: {workers}x{times} increments in {elapsed:.1f}s")
+
+
+def _run_in_forked_child(calls: dict[str, Callable[[], Any]]) -> dict[str, tuple[str, str, float]]:
+    """Run ``calls`` in a forked child; what each raised, or fail if the child hangs."""
+    ctx = multiprocessing.get_context("fork")
+    receiver, sender = ctx.Pipe(duplex=False)
+    # a pulsar.Client closed in the parent (earlier tests' clients) but not yet
+    # garbage-collected hangs the child that collects it (its C++ destructor
+    # waits on the parent's threads): collect it here, before forking
+    gc.collect()
+    child = ctx.Process(target=try_inherited, args=(calls, sender))
+    child.start()
+    sender.close()
+    outcomes: dict[str, tuple[str, str, float]] = {}
+    deadline = time.monotonic() + CHILD_BOUND_S
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not receiver.poll(remaining):
+                pytest.fail(
+                    f"the forked child hung: no answer within {CHILD_BOUND_S:.0f}s; "
+                    f"it reported {outcomes} before"
+                )
+            try:
+                item = receiver.recv()
+            except EOFError:
+                pytest.fail(
+                    f"the forked child died (exit {child.exitcode}); it reported {outcomes}"
+                )
+            if item is None:
+                break
+            outcomes.update(item)
+        child.join(CHILD_BOUND_S)
+        assert child.exitcode == 0, f"the forked child exited {child.exitcode}"
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join(5)
+    return outcomes
+
+
+def test_a_map_made_before_fork_fails_at_once_in_the_child(
+    pulsar_endpoint: PulsarEndpoint, make_client: ClientFactory
+) -> None:
+    topic = unique_topic("inherited")
+    m = PulsarMap[str, int](make_client(), topic, admin_url=pulsar_endpoint.admin_url)
+    try:
+        m.put("k", 1).result(30)
+        outcomes = _run_in_forked_child(
+            {
+                "get": lambda: m.get("k"),
+                "get latest": lambda: m.get("k", latest=True),
+                "put": lambda: m.put("k", 2),
+                "update": lambda: m.update("k", lambda v: (v or 0) + 1),
+                "manager.read": lambda: m.manager.read(len),
+                "manager.write": lambda: m.manager.write(lambda s: []),
+                "close": m.close,
+            }
+        )
+        for call, (kind, message, seconds) in outcomes.items():
+            assert kind == "ForkedProcessError", f"{call}: {kind}: {message}"
+            assert "fork" in message and "in this process" in message, message
+            assert seconds < 1.0, f"{call} took {seconds:.1f}s to fail"
+        assert issubclass(ForkedProcessError, StateClosedError)
+        # the child touched nothing of the parent's: the parent's map still works
+        assert m.update("k", lambda v: (v or 0) + 1).result(30) == 2
+        assert m.get("k", latest=True).result(30) == 2
+    finally:
+        m.close()
+
+
+def test_a_client_used_before_fork_is_refused_in_the_child(
+    pulsar_endpoint: PulsarEndpoint, make_client: ClientFactory
+) -> None:
+    client = make_client()
+    m = PulsarMap[str, int](client, unique_topic("used"), admin_url=pulsar_endpoint.admin_url)
+    try:
+        m.put("k", 1).result(30)
+        other = unique_topic("child")
+        outcomes = _run_in_forked_child(
+            {
+                "new map on the inherited client": lambda: PulsarMap[str, int](
+                    client, other, admin_url=pulsar_endpoint.admin_url
+                ),
+            }
+        )
+        kind, message, seconds = outcomes["new map on the inherited client"]
+        assert kind == "ForkedProcessError", f"{kind}: {message}"
+        assert "pulsar.Client" in message, message
+        assert seconds < 1.0
+        assert m.get("k", latest=True).result(30) == 1
+    finally:
+        m.close()
