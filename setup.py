@@ -38,6 +38,7 @@ setup(
     long_description=Path("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
+    license_files=["LICENSE"],
     python_requires=">=3.11",
     packages=list(PACKAGE_DIRS),
     package_dir=PACKAGE_DIRS,
