@@ -17,18 +17,17 @@ readers must not keep references to the state past their return.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Generic, Self, TypeVar
 
 import pulsar
 
-from pulsar_state import forks, metrics
+from pulsar_state import forks, futures, metrics
 from pulsar_state.admin import PulsarAdmin, topic_path
 from pulsar_state.config import StateConfig
 from pulsar_state.errors import (
@@ -62,10 +61,9 @@ def full_topic_name(topic: str) -> str:
 
 
 def _expire(result: Future[Any], target: Position, timeout: float) -> None:
-    with contextlib.suppress(InvalidStateError):
-        result.set_exception(
-            OperationTimeoutError(f"local state did not reach {target} within {timeout:.1f}s")
-        )
+    futures.set_exception(
+        result, OperationTimeoutError(f"local state did not reach {target} within {timeout:.1f}s")
+    )
 
 
 class SharedStateManager(Generic[S, Op]):
@@ -209,7 +207,7 @@ class SharedStateManager(Generic[S, Op]):
             try:
                 self._tailer._check_usable()
             except BaseException as exc:
-                fut.set_exception(exc)
+                futures.set_exception(fut, exc)
             else:
                 self._complete_with_read(reader, fut)
             return fut
@@ -230,12 +228,11 @@ class SharedStateManager(Generic[S, Op]):
             try:
                 reply(last, error)
             except BaseException as exc:  # e.g. no timer thread at shutdown
-                if not result.done():
-                    result.set_exception(exc)
+                futures.set_exception(result, exc)
 
         def reply(last: Position | None, error: PulsarStateError | None) -> None:
             if last is None:
-                result.set_exception(error or PulsarStateError("no last message id"))
+                futures.set_exception(result, error or PulsarStateError("no last message id"))
                 return
             if self._tailer.applied.covers(last):  # caught up: read at once
                 self._complete_with_read(reader, result)
@@ -251,7 +248,7 @@ class SharedStateManager(Generic[S, Op]):
         try:
             self._tailer.ask_last_position(on_last, timeout)
         except PulsarStateError as exc:
-            result.set_exception(exc)
+            futures.set_exception(result, exc)
         return result
 
     def _read_after(
@@ -295,28 +292,27 @@ class SharedStateManager(Generic[S, Op]):
         """A done-callback that completes ``result`` with ``reader(state)`` (or the error)."""
 
         def run(done: Future[Position]) -> None:
-            if result.done():  # timed out already
+            if result.done():  # timed out or cancelled already
+                return
+            if done.cancelled():
+                result.cancel()
                 return
             exc = done.exception()
-            try:
-                if exc is not None:
-                    result.set_exception(exc)
-                    return
+            if exc is not None:
+                futures.set_exception(result, exc)
+            else:
                 self._complete_with_read(reader, result)
-            except InvalidStateError:  # the timeout won the race
-                pass
 
         return run
 
     def _complete_with_read(self, reader: Callable[[S], R], result: Future[R]) -> None:
         """Complete ``result`` with ``reader(state)``, run under the state lock, or its error."""
-        try:
+
+        def read() -> R:
             with self._tailer.lock:
-                value = reader(self._tailer.state)
-        except BaseException as err:
-            result.set_exception(err)
-        else:
-            result.set_result(value)
+                return reader(self._tailer.state)
+
+        futures.run_into(result, read)
 
     # -- introspection --------------------------------------------------------
 

@@ -21,6 +21,7 @@ from typing import Any, Generic, Self, TypeVar
 
 import pulsar
 
+from pulsar_state import futures
 from pulsar_state.config import DEFAULT_COMPACTION_THRESHOLD_BYTES, StateConfig
 from pulsar_state.manager import SharedStateManager
 from pulsar_state.position import Position
@@ -280,16 +281,12 @@ class PulsarMap(Generic[K, V]):
 
     @staticmethod
     def _then(written: Future[Any], value: Callable[[], R]) -> Future[R]:
+        """A future of ``value()`` once ``written`` is done (or of its error).
+
+        Cancelling it (e.g. its awaiting asyncio task) does not undo the write.
+        """
         result: Future[R] = Future()
-
-        def done(f: Future[Any]) -> None:
-            exc = f.exception()
-            if exc is not None:
-                result.set_exception(exc)
-            else:
-                result.set_result(value())
-
-        written.add_done_callback(done)
+        futures.chain(written, result, lambda _position: value())
         return result
 
     # -- lifecycle ------------------------------------------------------------

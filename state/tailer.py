@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import pulsar
 
-from pulsar_state import metrics
+from pulsar_state import futures, metrics
 from pulsar_state.config import StateConfig
 from pulsar_state.errors import (
     InvalidMessageError,
@@ -211,9 +211,9 @@ class Tailer(LogReplay[S, Op]):
         fut: Future[Position] = Future()
         with self._cond:
             if self.applied.covers(target):
-                fut.set_result(self.applied)
+                futures.set_result(fut, self.applied)
             elif self.failure is not None or self._closed:
-                fut.set_exception(self.failure or StateClosedError("closed"))
+                futures.set_exception(fut, self.failure or StateClosedError("closed"))
             else:
                 heapq.heappush(self._waiters, (target, next(self._seq), fut))
         return fut
@@ -332,8 +332,7 @@ class Tailer(LogReplay[S, Op]):
         self._cond.notify_all()
         while self._waiters and self.applied.covers(self._waiters[0][0]):
             _, _, fut = heapq.heappop(self._waiters)
-            if not fut.done():
-                fut.set_result(self.applied)
+            futures.set_result(fut, self.applied)
 
     def _fail(self, exc: PulsarStateError) -> None:
         with self._cond:
@@ -345,5 +344,4 @@ class Tailer(LogReplay[S, Op]):
         with self._cond:
             waiters, self._waiters = self._waiters, []
         for _, _, fut in waiters:
-            if not fut.done():
-                fut.set_exception(exc)
+            futures.set_exception(fut, exc)

@@ -38,7 +38,7 @@ from typing import Any, Generic, TypeVar
 
 import pulsar
 
-from pulsar_state import forks, metrics
+from pulsar_state import forks, futures, metrics
 from pulsar_state.config import StateConfig
 from pulsar_state.errors import (
     FencedError,
@@ -95,6 +95,20 @@ class WriteRequest(Generic[S, Op]):
     write_id: str = field(default_factory=_new_write_id)
     attempts: int = 0
     submitted: float = field(default_factory=time.monotonic)
+    #: the writer has taken it up: from then on cancelling the future fails
+    started: bool = False
+
+    def start(self) -> bool:
+        """Take the request up; ``False``: cancelled while queued (never written).
+
+        Once started the future is running, and ``cancel()`` (also asyncio's,
+        for an awaiting task that is cancelled) no longer takes it: the write
+        may land, and the future completes as usual.
+        """
+        if self.started:
+            return not self.future.done()
+        self.started = True
+        return self.future.set_running_or_notify_cancel()
 
 
 def _ignore(result: object, msg_id: object) -> None:
@@ -241,12 +255,13 @@ class Writer(Generic[S, Op]):
                 request = self._queue.get_nowait()
             except queue.Empty:
                 break
-            if request is not None and not request.future.done():
-                request.future.set_exception(StateClosedError("the state manager is closed"))
+            if request is not None and request is not _WAKE:
+                futures.set_exception(
+                    request.future, StateClosedError("the state manager is closed")
+                )
         leftovers = [*self._retry, *self._pending.values(), *self._resubmit]
         for request in leftovers:
-            if not request.future.done():
-                request.future.set_exception(StateClosedError("the state manager is closed"))
+            futures.set_exception(request.future, StateClosedError("the state manager is closed"))
 
     # -- the loop -------------------------------------------------------------
 
@@ -301,7 +316,9 @@ class Writer(Generic[S, Op]):
                     self._release()
                 continue
             if self._closed:
-                request.future.set_exception(StateClosedError("the state manager is closed"))
+                futures.set_exception(
+                    request.future, StateClosedError("the state manager is closed")
+                )
                 continue
             group = self._drain_blind(request)
             try:
@@ -309,8 +326,7 @@ class Writer(Generic[S, Op]):
             except Exception as exc:  # a bug: fail the requests, keep the thread
                 log.exception("writer of %s failed a group", self._topic)
                 for r in group:
-                    if not r.future.done():
-                        r.future.set_exception(PulsarStateError(f"writer failed: {exc!r}"))
+                    futures.set_exception(r.future, PulsarStateError(f"writer failed: {exc!r}"))
 
     def _process(self, group: list[WriteRequest[S, Op]]) -> None:
         if self._fenced.is_set() and self._producer is not None:
@@ -333,6 +349,8 @@ class Writer(Generic[S, Op]):
             if self._fenced.is_set():  # stop sending what would land stale
                 self._retry.extendleft(reversed([*members, *group[index:]]))
                 return
+            if not request.start():  # cancelled while queued: not written
+                continue
             request.attempts += 1
             landed = self._tailer.write_position(request.write_id) if request.attempts > 1 else None
             if landed is not None:
@@ -345,10 +363,10 @@ class Writer(Generic[S, Op]):
                 self._retry_later([request], exc.cause)
                 continue
             except BaseException as exc:
-                request.future.set_exception(exc)
+                futures.set_exception(request.future, exc)
                 continue
             if built is None:  # nothing to write
-                request.future.set_result(self._tailer.applied)
+                futures.set_result(request.future, self._tailer.applied)
                 continue
             batch, batch_size = built
             if members and (
@@ -461,9 +479,8 @@ class Writer(Generic[S, Op]):
             now = time.monotonic()
             for write_id in write_ids:
                 request = self._pending.pop(write_id, None)
-                if request is not None and not request.future.done():
+                if request is not None and futures.set_result(request.future, position):
                     self._m_write_seconds.observe(now - request.submitted)
-                    request.future.set_result(position)
         elif any(write_id in self._pending for write_id in write_ids):
             self._fenced.set()
             self._queue.put(_WAKE)
@@ -496,15 +513,17 @@ class Writer(Generic[S, Op]):
     def _give_up(self, request: WriteRequest[S, Op], exc: BaseException) -> bool:
         """Fail ``request`` if its retries are exhausted (FencedError when fenced)."""
         if isinstance(exc, PermissionDeniedError):  # retrying cannot help
-            request.future.set_exception(exc)
+            futures.set_exception(request.future, exc)
             return True
         if not self._config.retry.exhausted(max(request.attempts, 1), request.submitted):
             return False
         message = f"gave up after {request.attempts} attempts: {exc}"
         if isinstance(exc, FencedError):
-            request.future.set_exception(FencedError(message))
+            futures.set_exception(request.future, FencedError(message))
         else:
-            request.future.set_exception(WriteFailedError(message, attempts=request.attempts))
+            futures.set_exception(
+                request.future, WriteFailedError(message, attempts=request.attempts)
+            )
         return True
 
     def _trim_inflight(self) -> None:
@@ -573,10 +592,8 @@ class Writer(Generic[S, Op]):
         return acks.wait(self._config.send_timeout_s + 5)
 
     def _complete(self, request: WriteRequest[S, Op], landed: Position) -> None:
-        if request.future.done():
-            return
-        self._m_write_seconds.observe(time.monotonic() - request.submitted)
-        request.future.set_result(landed)
+        if futures.set_result(request.future, landed):
+            self._m_write_seconds.observe(time.monotonic() - request.submitted)
 
     def _repair(self) -> None:
         """Re-assert the current value of keys a stale write touched (see topic_format)."""
@@ -666,7 +683,9 @@ class Writer(Generic[S, Op]):
             if request.future.done():
                 continue
             if self._closed:
-                request.future.set_exception(StateClosedError("the state manager is closed"))
+                futures.set_exception(
+                    request.future, StateClosedError("the state manager is closed")
+                )
             elif not self._give_up(request, exc):
                 keep.append(request)
         if keep:
