@@ -11,6 +11,12 @@ exceptions are the same classes.
 
 Opening (bootstrap) blocks while it catches up, so ``open()`` runs it in a
 worker thread.
+
+Cancelling a task that awaits a write cancels the core's future: a write still
+queued is then never written; one the writer has taken up goes on and may
+land (it cannot be taken back). Either way no other write is disturbed: the
+core completes futures through :mod:`pulsar_state.futures`, which skips
+cancelled ones.
 """
 
 from __future__ import annotations

@@ -21,7 +21,14 @@ import pytest
 from fault_report import FaultReport, FaultScale
 from harness import PulsarEndpoint, unique_topic
 from linearizability import Op, check_register
-from workload import Fault, HistoryStats, Workload, first_success_after, load_history
+from workload import (
+    START_METHODS,
+    Fault,
+    HistoryStats,
+    Workload,
+    first_success_after,
+    load_history,
+)
 
 from pulsar_state import PulsarMap
 
@@ -104,14 +111,19 @@ def _seed_register(
         m.put_all(dict.fromkeys(keys, 0)).result(60)
 
 
+@pytest.mark.parametrize("start_method", START_METHODS)
 def test_contended_cas_and_increments_under_kill_9_are_linearizable(
+    *,
     pulsar_endpoint: PulsarEndpoint,
     client: pulsar.Client,
     tmp_path: Path,
     fault_scale: FaultScale,
     fault_report: FaultReport,
+    start_method: str,
 ) -> None:
-    topic = unique_topic("lin")
+    """Workers started every way: a new interpreter, or forked after the parent
+    imported pulsar_state and used a client (fork), forkserver and spawn."""
+    topic = unique_topic(f"lin-{start_method}")
     _seed_register(client, topic, pulsar_endpoint.admin_url, KEYS)
     workload = Workload(
         service_url=pulsar_endpoint.service_url,
@@ -123,6 +135,7 @@ def test_contended_cas_and_increments_under_kill_9_are_linearizable(
         workers=fault_scale.workers,
         seconds=fault_scale.seconds,
         seed=1,
+        start_method=start_method,
     )
     rng = random.Random(1)
 
@@ -135,7 +148,13 @@ def test_contended_cas_and_increments_under_kill_9_are_linearizable(
 
     workload.run_with(nemesis)
     assert any(f.kind == "kill -9" for f in workload.faults)
-    _check(client, pulsar_endpoint.admin_url, workload, fault_report, "kill -9 + fencing (3 keys)")
+    _check(
+        client,
+        pulsar_endpoint.admin_url,
+        workload,
+        fault_report,
+        f"kill -9 + fencing (3 keys, {start_method})",
+    )
 
 
 @pytest.mark.fault

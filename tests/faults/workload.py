@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
+import multiprocessing
+import os
 import random
 import signal
 import subprocess
@@ -20,6 +23,49 @@ from linearizability import INFINITY, Op
 log = logging.getLogger(__name__)
 
 WORKER = Path(__file__).with_name("register_worker.py")
+
+#: how worker processes start: ``exec`` (a new interpreter running
+#: register_worker.py) or a multiprocessing start method
+START_METHODS = ("exec", "fork", "forkserver", "spawn")
+
+
+def _run_worker(args: dict[str, Any], log_path: str) -> None:
+    """A multiprocessing worker: output to its log file, then register_worker.run."""
+    import register_worker  # noqa: PLC0415  (found on the child's sys.path)
+
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    register_worker.run(args)
+
+
+class _StartedProcess:
+    """A multiprocessing.Process with the part of Popen's interface used here."""
+
+    def __init__(self, process: multiprocessing.process.BaseProcess) -> None:
+        self._process = process
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.exitcode
+
+    def poll(self) -> int | None:
+        return self._process.exitcode
+
+    def send_signal(self, sig: int) -> None:
+        if self._process.pid is not None:
+            os.kill(self._process.pid, sig)
+
+    def kill(self) -> None:
+        self._process.kill()
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        code = self._process.exitcode
+        if code is None:
+            raise subprocess.TimeoutExpired(f"worker {self._process.pid}", timeout or 0.0)
+        return code
 
 
 @dataclass
@@ -52,7 +98,9 @@ class Workload:
     seed: int = 0
     pause_s: float = 0.01
     faults: list[Fault] = field(default_factory=list)
-    _procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    #: one of START_METHODS
+    start_method: str = "exec"
+    _procs: dict[int, subprocess.Popen[bytes] | _StartedProcess] = field(default_factory=dict)
     _next_process: int = 0
     _started: float = 0.0
 
@@ -78,6 +126,20 @@ class Workload:
             "seed": self.seed * 1000 + process,
             "pause_s": self.pause_s,
         }
+        if self.start_method != "exec":
+            ctx = multiprocessing.get_context(self.start_method)
+            if self.start_method == "fork":
+                # a pulsar.Client closed but not yet collected in this process
+                # would hang the child that collects it: collect it here
+                gc.collect()
+            worker = ctx.Process(
+                target=_run_worker,
+                args=(args, str(self.workdir / f"worker-{process}.log")),
+                daemon=True,
+            )
+            worker.start()
+            self._procs[process] = _StartedProcess(worker)
+            return process
         log_file = open(self.workdir / f"worker-{process}.log", "wb")  # noqa: SIM115
         self._procs[process] = subprocess.Popen(
             [sys.executable, str(WORKER), json.dumps(args)],
