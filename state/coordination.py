@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
 from pulsar_state.errors import BadVersionError, NotFoundError, ResourceBusyError, StateClosedError
 from pulsar_state.metadata_base import BaseMetadataStore
 from pulsar_state.metadata_cache import MetadataCache
-from pulsar_state.metadata_state import Notification, NotificationType, validate_path
+from pulsar_state.metadata_state import GetResult, Notification, NotificationType, validate_path
 from pulsar_state.serde import JsonSerde, Serde
 
 __all__ = ["CoordinationService", "ResourceLock"]
@@ -27,38 +27,79 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+_READ_TIMEOUT_S = 30.0  # a local read of the node, when checking a lock is still ours
+
 
 class ResourceLock(Generic[T]):
-    """A held lock. ``lost`` completes when it is no longer held (released or taken)."""
+    """A held lock. ``lost`` completes when it is no longer held (released or taken).
+
+    Its identity is ``(path, owner, fencing_token)``: the session that made the
+    node and the token of that write. Release and loss detection compare both
+    with the node, never the version alone (a node deleted and made again by
+    another session starts at version 0 again).
+    """
 
     def __init__(
-        self, service: CoordinationService[T], path: str, content: T, version: int, token: int
+        self,
+        service: CoordinationService[T],
+        path: str,
+        content: T,
+        *,
+        version: int,
+        token: int,
+        owner: str,
     ) -> None:
         self._service = service
         self.path = path
         self.content = content
         self.version = version
         self.fencing_token = token
+        self.owner = owner
         self.lost: Future[None] = Future()
 
     @property
     def held(self) -> bool:
         return not self.lost.done()
 
+    def owns(self, node: GetResult | None) -> bool:
+        """Whether ``node`` is this lock's node (same owner session and token)."""
+        return (
+            node is not None
+            and node.stat.owner == self.owner
+            and node.stat.token == self.fencing_token
+        )
+
     def release(self) -> Future[None]:
-        """Delete the lock node if it is still ours; completes ``lost``."""
+        """Delete the lock node if it is still ours; completes ``lost``.
+
+        The delete is conditional on the node's owner and token, checked
+        atomically by the store: a holder that lost its node never deletes the
+        node of the next holder."""
         fut: Future[None] = Future()
 
         def done(f: Future[None]) -> None:
             exc = f.exception()
-            if exc is not None and not isinstance(exc, NotFoundError | BadVersionError):
-                fut.set_exception(exc)
-            else:
-                fut.set_result(None)
             self._service._forget(self)
+            if exc is not None and not isinstance(exc, NotFoundError | BadVersionError):
+                _complete(fut, exc)
+            else:
+                _complete(fut, None)
 
-        self._service.store.delete(self.path, self.version).add_done_callback(done)
+        self._service.store.delete(
+            self.path, expected_owner=self.owner, expected_token=self.fencing_token
+        ).add_done_callback(done)
         return fut
+
+
+def _complete(fut: Future[Any], outcome: Any) -> None:
+    """Complete ``fut`` with a result, or an exception, unless it is done already."""
+    try:
+        if isinstance(outcome, BaseException):
+            fut.set_exception(outcome)
+        else:
+            fut.set_result(outcome)
+    except InvalidStateError:  # completed (or cancelled) by another thread meanwhile
+        pass
 
 
 class CoordinationService(Generic[T]):
@@ -90,11 +131,19 @@ class CoordinationService(Generic[T]):
             elif exc is not None:
                 result.set_exception(exc)
             else:
-                stat = f.result()
-                token = self.store.fencing_token(path) or 0
-                lock = ResourceLock(self, path, content, stat.version, token)
+                stat = f.result()  # the token of this very write, not of a later node
+                owner = stat.owner if stat.owner is not None else self.store.session_id
+                lock = ResourceLock(
+                    self, path, content, version=stat.version, token=stat.token, owner=owner
+                )
                 with self._lock:
+                    replaced = self._held.get(path)
                     self._held[path] = lock
+                if replaced is not None:  # we made a new node: the old one is gone
+                    self._forget(replaced)
+                # a change that landed before the lock was registered found no
+                # lock to check: check once now (later ones see it registered)
+                self._check(lock)
                 result.set_result(lock)
 
         self.store.put(path, data, -1, ephemeral=True).add_done_callback(done)
@@ -126,8 +175,7 @@ class CoordinationService(Generic[T]):
         with self._lock:
             if self._held.get(lock.path) is lock:
                 del self._held[lock.path]
-        if not lock.lost.done():
-            lock.lost.set_result(None)
+        _complete(lock.lost, None)
 
     # -- leader election ----------------------------------------------------------------
 
@@ -170,14 +218,21 @@ class CoordinationService(Generic[T]):
             for event in waiters:
                 event.set()
         if lock is not None:
-            # our node changed or vanished without our release: we no longer hold it
-            try:
-                current = self.store.get(note.path).result()
-            except Exception:  # the store itself is gone: so is the lock
-                current = None
-            if current is None or current.stat.version != lock.version:
-                log.warning("lost the lock %s", note.path)
-                self._forget(lock)
+            self._check(lock)
+
+    def _check(self, lock: ResourceLock[T]) -> None:
+        """Forget ``lock`` unless the node at its path is still its own (same
+        owner and token: a delete then a re-create by anyone is a loss)."""
+        if lock.lost.done():
+            return
+        try:
+            current = self.store.get(lock.path).result(timeout=_READ_TIMEOUT_S)
+        except Exception:  # the store itself is gone (or stuck): so is the lock
+            log.warning("could not read %s: treating the lock as lost", lock.path, exc_info=True)
+            current = None
+        if not lock.owns(current):
+            log.warning("lost the lock %s", lock.path)
+            self._forget(lock)
 
     def close(self) -> None:
         self._closed = True

@@ -101,11 +101,24 @@ class MemoryMetadataStore(BaseMetadataStore):
 
         return self._run(run)
 
-    def delete(self, path: str, expected_version: int | None = None) -> Future[None]:
+    def delete(
+        self,
+        path: str,
+        expected_version: int | None = None,
+        *,
+        expected_owner: str | None = None,
+        expected_token: int | None = None,
+    ) -> Future[None]:
         validate_path(path)
 
-        def run() -> None:
-            self._apply(self._shared.tree.plan_delete(path, expected_version))
+        def run() -> None:  # planned and applied under the tree's lock: atomic
+            op = self._shared.tree.plan_delete(
+                path,
+                expected_version,
+                expected_owner=expected_owner,
+                expected_token=expected_token,
+            )
+            self._apply(op)
 
         return self._run(run)
 

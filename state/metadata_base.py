@@ -65,12 +65,24 @@ class BaseMetadataStore(ABC):
         ``ephemeral``: the node goes away with this store's session."""
 
     @abstractmethod
-    def delete(self, path: str, expected_version: int | None = None) -> Future[None]:
-        """Delete ``path`` (``NotFoundError`` if absent, ``BadVersionError``)."""
+    def delete(
+        self,
+        path: str,
+        expected_version: int | None = None,
+        *,
+        expected_owner: str | None = None,
+        expected_token: int | None = None,
+    ) -> Future[None]:
+        """Delete ``path`` (``NotFoundError`` if absent, ``BadVersionError``).
+
+        ``expected_owner`` / ``expected_token``: delete only if the node's owner
+        session and fencing token (``Stat.owner``, ``Stat.token``) are these,
+        checked atomically with the delete (else ``BadVersionError``)."""
 
     @abstractmethod
     def fencing_token(self, path: str) -> int | None:
-        """A number that grows with every write of ``path`` (locks hand it out)."""
+        """The token of the write that made ``path``'s current version (``Stat.token``):
+        it grows with every write of any node (locks hand it out)."""
 
     @abstractmethod
     def close(self) -> None: ...

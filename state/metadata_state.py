@@ -82,6 +82,7 @@ class Stat:
     modification_timestamp: int
     ephemeral: bool
     owner: str | None = None  # the session that owns an ephemeral node
+    token: int = 0  # the fencing token of the write that made this version
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +129,15 @@ class Record:
         )
 
     def stat(self, path: str) -> Stat:
-        return Stat(path, self.version, self.ctime, self.mtime, self.owner is not None, self.owner)
+        return Stat(
+            path,
+            self.version,
+            self.ctime,
+            self.mtime,
+            self.owner is not None,
+            self.owner,
+            self.token,
+        )
 
 
 class NotificationType(Enum):
@@ -198,12 +207,34 @@ class MetadataTree:
             owner = current.owner
         return MetaOp(path, Record(value, current.version + 1, current.ctime, now_ms, owner, token))
 
-    def plan_delete(self, path: str, expected_version: int | None) -> MetaOp:
+    def plan_delete(
+        self,
+        path: str,
+        expected_version: int | None,
+        *,
+        expected_owner: str | None = None,
+        expected_token: int | None = None,
+    ) -> MetaOp:
+        """The op for a delete, or ``NotFoundError`` / ``BadVersionError``.
+
+        ``expected_owner`` and ``expected_token`` make the delete conditional on
+        the node still being the one a holder made: its owner session and the
+        token of its write. A version alone cannot tell: a node deleted and
+        made again by someone else starts at version 0 once more.
+        """
         current = self.nodes.get(path)
         if current is None:
             raise NotFoundError(f"{path} does not exist")
         if expected_version is not None and expected_version != current.version:
             raise BadVersionError(path, expected=expected_version, actual=current.version)
+        if (expected_owner is not None and expected_owner != current.owner) or (
+            expected_token is not None and expected_token != current.token
+        ):
+            raise BadVersionError(
+                path,
+                expected=f"owner {expected_owner} token {expected_token}",
+                actual=f"owner {current.owner} token {current.token}",
+            )
         return MetaOp(path, None)
 
     # -- applying ---------------------------------------------------------------

@@ -173,7 +173,7 @@ class MetadataStore(BaseMetadataStore):
     ) -> Future[Stat]:
         self._check_put(path, value, expected_version)
         data = bytes(value)
-        planned: dict[str, MetaOp] = {}
+        planned: list[Record] = []  # one per run of the generator
         owner = self.session_id if ephemeral else None
 
         def gen(tree: MetadataTree) -> list[MetaOp]:
@@ -185,21 +185,43 @@ class MetadataStore(BaseMetadataStore):
                 owner=owner,
                 token=self._token(),
             )
-            planned["op"] = op
+            assert op.record is not None
+            planned.append(op.record)
             return [op]
 
-        def stat(_: MetadataTree) -> Stat:
-            record = planned["op"].record
-            assert record is not None
-            return record.stat(path)
+        def stat(tree: MetadataTree) -> Stat:
+            # The generator may run more than once and a retried publish lands
+            # once: the first landing applies, later copies are skipped as
+            # duplicates. So report the run that is in the tree, not the last one
+            # (its token is the lock holder's identity).
+            current = tree.nodes.get(path)
+            if current is not None and any(current == r for r in planned):
+                return current.stat(path)
+            return planned[-1].stat(path)  # changed again since: nothing better to say
 
         return self.manager.write(gen, stat)
 
-    def delete(self, path: str, expected_version: int | None = None) -> Future[None]:
+    def delete(
+        self,
+        path: str,
+        expected_version: int | None = None,
+        *,
+        expected_owner: str | None = None,
+        expected_token: int | None = None,
+    ) -> Future[None]:
         validate_path(path)
-        return self.manager.write(
-            lambda tree: [tree.plan_delete(path, expected_version)], lambda _tree: None
-        )
+
+        def gen(tree: MetadataTree) -> list[MetaOp]:
+            # checked on the latest tree inside the write: exact under contention
+            op = tree.plan_delete(
+                path,
+                expected_version,
+                expected_owner=expected_owner,
+                expected_token=expected_token,
+            )
+            return [op]
+
+        return self.manager.write(gen, lambda _tree: None)
 
     # -- sessions -------------------------------------------------------------------
 

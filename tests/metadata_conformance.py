@@ -238,3 +238,67 @@ def test_asyncio_surface(stores: StoreFactory, base: str) -> None:
 
     asyncio.run(main())
     coord.sync.close()
+
+
+def _drain(store: BaseMetadataStore, writer: BaseMetadataStore, base: str) -> None:
+    """Wait until ``store`` has applied, and its listeners have seen, everything
+    ``writer`` wrote so far: a marker written after it comes after it in the log,
+    and a listener registered last sees it after every earlier listener saw the rest."""
+    marker = f"{base}/drain-{threading.get_ident()}-{id(store)}"
+    seen = threading.Event()
+
+    def listener(note: Notification) -> None:
+        if note.path == marker:
+            seen.set()
+
+    store.register_listener(listener)
+    try:
+        writer.put(marker, b"").result(T)
+        assert seen.wait(T), f"{store.session_id} saw the marker within {T}s"
+    finally:
+        store.unregister_listener(listener)
+
+
+def test_a_stale_release_leaves_the_new_holders_lock(stores: StoreFactory, base: str) -> None:
+    a = CoordinationService[str](stores())
+    b_store, operator = stores(), stores()
+    b = CoordinationService[str](b_store)
+    p = f"{base}/locks/x"
+    stale = a.acquire_lock(p, "a").result(T)
+    operator.delete(p).result(T)  # an operator, or the expiry of a's session
+    current = b.acquire_lock(p, "b").result(T)  # at version 0, like a's node was
+    stale.release().result(T)  # must not delete b's lock
+    assert stale.lost.done() and not stale.held
+    _drain(b_store, operator, base)
+    node = b_store.get(p).result(T)
+    assert node is not None, "a stale holder's release deleted the new holder's lock"
+    assert node.stat.owner == b_store.session_id
+    assert b_store.fencing_token(p) == current.fencing_token
+    assert current.held and b.read_lock(p).result(T) == "b"
+    current.release().result(T)
+    assert b_store.get(p).result(T) is None or wait_until(
+        lambda: b_store.get(p).result(T) is None, timeout_s=T
+    )
+    a.close()
+    b.close()
+
+
+def test_leader_loses_when_its_node_is_deleted_and_recreated(
+    stores: StoreFactory, base: str
+) -> None:
+    a_store, b_store, operator = stores(), stores(), stores()
+    gate = threading.Event()
+    # hold a's notifications back (registered first, this listener runs first)
+    a_store.register_listener(lambda _note: gate.wait(T))
+    a = CoordinationService[str](a_store)
+    b = CoordinationService[str](b_store)
+    p = f"{base}/leader"
+    old = a.become_leader(p, "a").result(T)
+    operator.delete(p).result(T)
+    new = b.become_leader(p, "b").result(T)  # re-created, at version 0 again
+    gate.set()  # a now learns of the delete, after the re-create
+    _drain(a_store, operator, base)
+    assert old.lost.done(), "a kept leading after its node was deleted and re-created"
+    assert new.held and new.fencing_token > old.fencing_token
+    a.close()
+    b.close()
