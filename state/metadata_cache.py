@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
@@ -23,6 +24,7 @@ from pulsar_state.serde import JsonSerde, Serde
 __all__ = ["MetadataCache"]
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class MetadataCache(Generic[T]):
@@ -40,22 +42,54 @@ class MetadataCache(Generic[T]):
         self.retry = retry or RetryPolicy(max_attempts=100, deadline_s=60)
         self._cache: dict[str, tuple[T, int] | None] = {}
         self._lock = threading.Lock()
+        # A read (or put) of the store, then an insert: a notification handled
+        # between the two must win, or the cache keeps the older value for good.
+        # Per path with a read in flight: how many are in flight, and how many
+        # invalidations arrived meanwhile; an insert happens only if none did.
+        self._in_flight: Counter[str] = Counter()
+        self._invalidations: Counter[str] = Counter()
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pss-meta-cache")
         store.register_listener(self._invalidate)
 
     def _invalidate(self, note: Notification) -> None:
         with self._lock:
             self._cache.pop(note.path, None)
+            if note.path in self._in_flight:
+                self._invalidations[note.path] += 1
+
+    def _fill(self, path: str, read: Callable[[], tuple[R, tuple[T, int] | None]]) -> R:
+        """Run ``read`` (a store call giving a result and the cache entry it
+        implies); cache that entry unless ``path`` was invalidated meanwhile."""
+        with self._lock:
+            self._in_flight[path] += 1
+            seen = self._invalidations[path]
+        fresh = False
+        try:
+            result, entry = read()
+            fresh = True
+            return result
+        finally:
+            with self._lock:
+                if fresh and self._invalidations[path] == seen:
+                    self._cache[path] = entry
+                self._in_flight[path] -= 1
+                if self._in_flight[path] <= 0:
+                    del self._in_flight[path]
+                    self._invalidations.pop(path, None)
 
     def _load(self, path: str) -> tuple[T, int] | None:
         with self._lock:
             if path in self._cache:
                 return self._cache[path]
-        found = self.store.get(path).result()
-        entry = None if found is None else (self.serde.deserialize(found.value), found.stat.version)
-        with self._lock:
-            self._cache[path] = entry
-        return entry
+
+        def read() -> tuple[tuple[T, int] | None, tuple[T, int] | None]:
+            found = self.store.get(path).result()
+            entry = (
+                None if found is None else (self.serde.deserialize(found.value), found.stat.version)
+            )
+            return entry, entry
+
+        return self._fill(path, read)
 
     def get(self, path: str) -> Future[T | None]:
         """The value at ``path`` (cached until a notification says it changed)."""
@@ -78,10 +112,11 @@ class MetadataCache(Generic[T]):
         return self._executor.submit(self._rmw, path, fn, True)
 
     def _put(self, path: str, data: bytes, expected: int, value: T) -> T:
-        stat = self.store.put(path, data, expected).result()
-        with self._lock:
-            self._cache[path] = (value, stat.version)
-        return value
+        def put() -> tuple[T, tuple[T, int]]:
+            stat = self.store.put(path, data, expected).result()
+            return value, (value, stat.version)
+
+        return self._fill(path, put)
 
     def _rmw(self, path: str, fn: Callable[[Any], T], create: bool) -> T:
         validate_path(path)
