@@ -13,8 +13,8 @@ __all__ = ["DEFAULT_COMPACTION_THRESHOLD_BYTES", "AccessMode", "StateConfig"]
 #: automatic compaction threshold of keyed recipes (maps, metadata) unless configured
 DEFAULT_COMPACTION_THRESHOLD_BYTES = 16 * 1024 * 1024
 
-AccessMode = Literal["fencing", "wait", "exclusive"]
-_ACCESS_MODES = ("fencing", "wait", "exclusive")
+AccessMode = Literal["adaptive", "fencing", "wait", "exclusive"]
+_ACCESS_MODES = ("adaptive", "fencing", "wait", "exclusive")
 _ON_INVALID = ("skip", "fail")
 
 
@@ -23,13 +23,23 @@ class StateConfig:
     """Knobs of :class:`~pulsar_state.SharedStateManager` (all optional).
 
     Attributes:
-        access_mode: how a writer gains the topic (PIP-68). ``"fencing"``
-            (``ExclusiveWithFencing``): take over at once, the previous holder's
-            unfinished write is re-run by it. ``"wait"`` (``WaitForExclusive``):
-            queue behind the holder, which lets go after ``idle_release_s``.
-            ``"exclusive"``: fail over to a retry while another holds it.
+        access_mode: how a writer gains the topic (PIP-68). ``"adaptive"``
+            (the default): queue behind the holder (``WaitForExclusive``); a
+            holder lets go when idle for ``idle_release_s`` and after holding
+            for ``max_tenure_s``, so waiting writers get their turn; only when
+            the holder has not let go within the client's operation timeout
+            (a frozen or cut-off process, an orphaned producer) take it over
+            with ``ExclusiveWithFencing``. No live holder is fenced in normal
+            operation, which Pulsar 4.0.8 can deadlock on (see
+            ``docs/findings/``). ``"fencing"``: always take over at once; the
+            previous holder's unfinished write is re-run by it. ``"wait"``:
+            queue, never fence. ``"exclusive"``: fail over to a retry while
+            another holds it.
         idle_release_s: let the producer go after this long without writes
-            (``None``: keep it until closed or fenced; the default in fencing mode).
+            (``None``: keep it until closed or fenced, the default in fencing
+            mode; 0.05 s in the queueing modes).
+        max_tenure_s: in the queueing modes, let the producer go after holding
+            it this long, once no write is in flight (``None``: no limit).
         retry: how often and how long a fenced or failed write is re-run.
         operation_timeout_s: Pulsar operation timeout and default wait bound.
         send_timeout_s: how long one publish may take before it counts as failed.
@@ -47,8 +57,9 @@ class StateConfig:
             and ``MetadataStore``; left alone by the generic manager); ``0``
             turns the broker's automatic compaction off for the topic.
         subscription_prefix: prefix of each manager's own tail subscription.
-        max_takeovers_per_s: in ``"fencing"`` mode, how many times a second
-            this writer may take the topic over, on average (a token bucket
+        max_takeovers_per_s: how many times a second this writer may fence
+            another to take the topic over (``"fencing"`` mode, and the
+            fallback of ``"adaptive"``), on average (a token bucket
             of ``takeover_burst``; :mod:`pulsar_state.takeover`). A failover is
             immediate; under contention a writer that keeps losing the topic
             waits for its turn, and the holder writes all it has queued.
@@ -57,8 +68,9 @@ class StateConfig:
         takeover_burst: takeovers allowed back to back before the rate applies.
     """
 
-    access_mode: AccessMode = "fencing"
+    access_mode: AccessMode = "adaptive"
     idle_release_s: float | None = None
+    max_tenure_s: float | None = 0.5
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     operation_timeout_s: float = 30.0
     send_timeout_s: float = 15.0
@@ -87,6 +99,12 @@ class StateConfig:
             value = getattr(self, name)
             if not isinstance(value, int | float) or value <= 0:
                 raise ConfigurationError(f"{name} must be a positive number, got {value!r}")
+        if self.max_tenure_s is not None and (
+            not isinstance(self.max_tenure_s, int | float) or self.max_tenure_s <= 0
+        ):
+            raise ConfigurationError(
+                f"max_tenure_s must be a positive number or None, got {self.max_tenure_s!r}"
+            )
         if self.idle_release_s is not None and self.idle_release_s < 0:
             raise ConfigurationError(f"idle_release_s must be >= 0, got {self.idle_release_s!r}")
         if not isinstance(self.max_write_bytes, int) or not self.max_write_bytes >= 1024:
@@ -121,4 +139,9 @@ class StateConfig:
     def effective_idle_release_s(self) -> float | None:
         if self.idle_release_s is not None:
             return self.idle_release_s
-        return 0.05 if self.access_mode == "wait" else None
+        return 0.05 if self.queueing else None
+
+    @property
+    def queueing(self) -> bool:
+        """Whether writers queue for the topic (and so let go of it in turn)."""
+        return self.access_mode in ("adaptive", "wait")

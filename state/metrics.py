@@ -13,6 +13,7 @@ __all__ = [
     "APPLIED_WRITES",
     "BOOTSTRAP_SECONDS",
     "FENCES",
+    "TAKEOVERS",
     "INVALID_MESSAGES",
     "LAG_MESSAGES",
     "WRITES",
@@ -37,6 +38,11 @@ BOOTSTRAP_SECONDS = Gauge(
 )
 FENCES = Counter(
     "pulsar_state_fences", "Times this process's writer lost the topic to another", ["topic"]
+)
+TAKEOVERS = Counter(
+    "pulsar_state_takeovers",
+    "Times this process's adaptive writer fenced a holder that did not let go in time",
+    ["topic"],
 )
 WRITES = Counter("pulsar_state_writes", "Writes published", ["topic"])
 WRITE_RETRIES = Counter("pulsar_state_write_retries", "Write attempts re-run", ["topic"])

@@ -199,7 +199,8 @@ class Writer(Generic[S, Op]):
         self._losses = 0  # consecutive losses of the topic: contention backoff
         self._takeovers = (
             TakeoverLimiter(rate_per_s=config.max_takeovers_per_s, burst=config.takeover_burst)
-            if config.access_mode == "fencing" and config.max_takeovers_per_s is not None
+            if config.access_mode in ("fencing", "adaptive")
+            and config.max_takeovers_per_s is not None
             else None
         )
         self._topic = topic
@@ -217,6 +218,9 @@ class Writer(Generic[S, Op]):
         self._resubmit: list[WriteRequest[S, Op]] = []
         tailer.on_outcome = self._on_outcome
         self._producer: pulsar.Producer | None = None
+        self._held_since = 0.0  # monotonic time the current tenure began
+        #: adaptive mode: the holder did not let go within a wait, fence it next
+        self._fence_next = False
         self._epoch: int | None = None
         self._last_sent: Position | None = None
         self._closed = False
@@ -331,6 +335,8 @@ class Writer(Generic[S, Op]):
     def _process(self, group: list[WriteRequest[S, Op]]) -> None:
         if self._fenced.is_set() and self._producer is not None:
             self._lost(FencedError("a write landed stale: another writer holds the topic"))
+        elif self._tenure_over():
+            self._release()  # writers queued behind us go first; we queue again
         try:
             self._acquire()
         except PulsarStateError as exc:
@@ -614,20 +620,50 @@ class Writer(Generic[S, Op]):
 
     # -- holding the topic ----------------------------------------------------
 
+    def _tenure_over(self) -> bool:
+        """Queueing modes: we held the topic for ``max_tenure_s`` and have
+        nothing in flight, so it is the next waiting writer's turn."""
+        limit = self._config.max_tenure_s
+        return (
+            self._config.queueing
+            and limit is not None
+            and self._producer is not None
+            and not self._pending
+            and time.monotonic() - self._held_since >= limit
+        )
+
+    def _access_mode(self) -> Any:
+        if self._config.access_mode == "adaptive":
+            if self._fence_next:
+                return pulsar.ProducerAccessMode.ExclusiveWithFencing
+            return pulsar.ProducerAccessMode.WaitForExclusive
+        return _ACCESS[self._config.access_mode]
+
     def _acquire(self) -> None:
         if self._producer is not None:
             return
         if self._losses:  # let the writer that just won make progress
             retry = self._config.retry
             retry.sleep(retry.backoff_s(self._losses))
-        if self._takeovers is not None and not self._takeovers.acquire(
-            cancelled=lambda: self._closed
+        mode = self._access_mode()
+        fencing = mode == pulsar.ProducerAccessMode.ExclusiveWithFencing
+        if (
+            fencing
+            and self._takeovers is not None
+            and not self._takeovers.acquire(cancelled=lambda: self._closed)
         ):
             raise FencedError("closed while waiting for a turn to take the topic over")
+        if fencing and self._config.access_mode == "adaptive":
+            log.info(
+                "writer %s: the holder of %s did not let go within the wait; taking it over",
+                self.writer_id,
+                self._topic,
+            )
+            metrics.TAKEOVERS.labels(*self._labels).inc()
         try:
             producer = self._client.create_producer(
                 self._topic,
-                access_mode=_ACCESS[self._config.access_mode],
+                access_mode=mode,
                 send_timeout_millis=int(self._config.send_timeout_s * 1000),
                 batching_enabled=True,
                 batching_max_messages=self._config.max_ops_per_write * 2 + 2000,
@@ -644,8 +680,14 @@ class Writer(Generic[S, Op]):
             ) from exc
         except pulsar.PulsarException as exc:
             self._losses += 1
+            if isinstance(exc, pulsar.Timeout) and self._config.access_mode == "adaptive":
+                # the holder kept the topic for a whole operation timeout: it
+                # is frozen, cut off or an orphaned producer; fence it next time
+                self._fence_next = True
             raise FencedError(f"could not gain the topic: {exc}") from exc
         self._producer = producer
+        self._held_since = time.monotonic()
+        self._fence_next = False
         try:
             acks = _Acks(1)
             self._acquisitions += 1

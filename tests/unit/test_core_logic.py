@@ -64,7 +64,8 @@ def test_config_is_validated_eagerly() -> None:
     with pytest.raises(TypeError):
         StateConfig("fencing")  # type: ignore[misc]  # keyword-only
     assert StateConfig(access_mode="wait").effective_idle_release_s == 0.05
-    assert StateConfig().effective_idle_release_s is None
+    assert StateConfig().effective_idle_release_s == 0.05  # adaptive queues too
+    assert StateConfig(access_mode="fencing").effective_idle_release_s is None
 
 
 def test_keyed_recipes_keep_a_compaction_threshold_under_a_custom_config() -> None:
