@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
+from pulsar_state import futures
 from pulsar_state.errors import BadVersionError, NotFoundError, ResourceBusyError, StateClosedError
 from pulsar_state.metadata_base import BaseMetadataStore
 from pulsar_state.metadata_cache import MetadataCache
@@ -81,25 +82,14 @@ class ResourceLock(Generic[T]):
             exc = f.exception()
             self._service._forget(self)
             if exc is not None and not isinstance(exc, NotFoundError | BadVersionError):
-                _complete(fut, exc)
+                futures.set_exception(fut, exc)
             else:
-                _complete(fut, None)
+                futures.set_result(fut, None)
 
         self._service.store.delete(
             self.path, expected_owner=self.owner, expected_token=self.fencing_token
         ).add_done_callback(done)
         return fut
-
-
-def _complete(fut: Future[Any], outcome: Any) -> None:
-    """Complete ``fut`` with a result, or an exception, unless it is done already."""
-    try:
-        if isinstance(outcome, BaseException):
-            fut.set_exception(outcome)
-        else:
-            fut.set_result(outcome)
-    except InvalidStateError:  # completed (or cancelled) by another thread meanwhile
-        pass
 
 
 class CoordinationService(Generic[T]):
@@ -175,7 +165,7 @@ class CoordinationService(Generic[T]):
         with self._lock:
             if self._held.get(lock.path) is lock:
                 del self._held[lock.path]
-        _complete(lock.lost, None)
+        futures.set_result(lock.lost, None)
 
     # -- leader election ----------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from lock_model import Node, check_lock_ownership
 
 from pulsar_state import BaseMetadataStore, MetadataStore
 
-SESSION = {"session_timeout_s": 1.0, "session_check_interval_s": 0.2}
+SESSION = {"session_timeout_s": 2.0, "session_check_interval_s": 0.25}
 
 
 @pytest.fixture
