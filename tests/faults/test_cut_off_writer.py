@@ -2,7 +2,9 @@
 
 The zombie holds the topic, loses its network (iptables drops its packets, as
 in a partition or a long pause), submits a write, and meanwhile a new writer
-takes the topic over (``ExclusiveWithFencing``) and writes. When the network
+takes the topic over and writes: at once in ``"fencing"`` mode, and in the
+default ``"adaptive"`` mode after queueing for its client's operation timeout
+behind a holder that does not let go (then ``ExclusiveWithFencing``). When the network
 heals, the zombie's late write must be neither applied (by any reader, now or
 after a fresh bootstrap) nor acknowledged.
 """
@@ -25,15 +27,15 @@ from fault_report import FaultReport
 from harness import PulsarEndpoint, unique_topic, wait_until
 from network import connections, iptables_unavailable, partitioned
 
-from pulsar_state import PulsarMap
+from pulsar_state import PulsarMap, StateConfig
 
 ZOMBIE = Path(__file__).with_name("zombie_writer.py")
 CUT_S = 8.0  # shorter than the clients' send and keep-alive timeouts
 
 
 class ZombieProcess:
-    def __init__(self, service_url: str, topic: str, key: str) -> None:
-        args = {"service_url": service_url, "topic": topic, "key": key}
+    def __init__(self, service_url: str, topic: str, key: str, access_mode: str) -> None:
+        args = {"service_url": service_url, "topic": topic, "key": key, "access_mode": access_mode}
         self.proc = subprocess.Popen(
             [sys.executable, str(ZOMBIE), json.dumps(args)],
             stdin=subprocess.PIPE,
@@ -78,10 +80,17 @@ def _entries_with(client: pulsar.Client, topic: str, needle: bytes) -> int:
     return found
 
 
+#: the adaptive successor's client: it queues this long behind the frozen holder,
+#: then fences it, well inside the cut
+ADAPTIVE_WAIT_S = 3
+
+
+@pytest.mark.parametrize("mode", ["fencing", "adaptive"])
 def test_a_cut_off_writer_is_fenced_and_its_late_write_never_applied(
     pulsar_endpoint: PulsarEndpoint,
     make_client: Any,
     fault_report: FaultReport,
+    mode: str,
 ) -> None:
     reason = iptables_unavailable()
     if reason:
@@ -93,7 +102,14 @@ def test_a_cut_off_writer_is_fenced_and_its_late_write_never_applied(
     with PulsarMap[str, str](make_client(), topic, admin_url=admin_url) as seed:
         seed.put("k", "init").result(60)
 
-    zombie = ZombieProcess(pulsar_endpoint.service_url, topic, "k")
+    zombie = ZombieProcess(pulsar_endpoint.service_url, topic, "k", mode)
+    successor_client = make_client()
+    if mode == "adaptive":
+        successor_client = pulsar.Client(
+            pulsar_endpoint.service_url,
+            operation_timeout_seconds=ADAPTIVE_WAIT_S,
+            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+        )
     try:
         assert zombie.next(90).get("ready")
         ports = wait_until(
@@ -103,7 +119,10 @@ def test_a_cut_off_writer_is_fenced_and_its_late_write_never_applied(
         with partitioned(ports):
             zombie.send("put k zombie-late")
             time.sleep(1)
-            with PulsarMap[str, str](make_client(), topic, admin_url=admin_url) as successor:
+            config = StateConfig(access_mode=mode)  # type: ignore[arg-type]
+            with PulsarMap[str, str](
+                successor_client, topic, admin_url=admin_url, config=config
+            ) as successor:
                 successor.put("k", "successor-1").result(60)
                 successor.put("k", "successor-2").result(60)
                 assert successor.get("k").result() == "successor-2"
@@ -113,6 +132,8 @@ def test_a_cut_off_writer_is_fenced_and_its_late_write_never_applied(
         decided_s = time.monotonic() - healed_at
     finally:
         zombie.stop()
+        if mode == "adaptive":
+            successor_client.close()
 
     assert outcome["value"] == "zombie-late"
     assert not outcome["ok"], "a write made after the writer was fenced was acknowledged"
@@ -120,7 +141,7 @@ def test_a_cut_off_writer_is_fenced_and_its_late_write_never_applied(
         assert fresh.get("k", latest=True).result(60) == "successor-2"
     landed = _entries_with(make_client(), topic, b"zombie-late")
     fault_report.add(
-        test="writer cut off (iptables)",
+        test=f"writer cut off (iptables), {mode} mode",
         ops=4,
         ok=3,
         unknown=0,

@@ -35,7 +35,16 @@ def main(args: dict[str, Any]) -> None:
         operation_timeout_seconds=10,
         logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
     )
-    config = StateConfig(ensure_retention=False, retry=RetryPolicy(max_attempts=1))
+    mode = args.get("access_mode", "fencing")
+    # it holds the topic and does not let go: in the queueing modes that takes a
+    # holder that never idles out (a frozen or cut-off one looks the same)
+    holds = {"idle_release_s": 3600.0, "max_tenure_s": None} if mode != "fencing" else {}
+    config = StateConfig(
+        access_mode=mode,
+        ensure_retention=False,
+        retry=RetryPolicy(max_attempts=1),
+        **holds,  # type: ignore[arg-type]
+    )
     with PulsarMap[str, str](client, args["topic"], config=config) as m:
         m.put(args["key"], "zombie-holds").result(60)
         emit({"ready": True})
