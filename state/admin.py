@@ -16,7 +16,12 @@ from urllib.parse import quote
 import requests
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from pulsar_state.errors import AdminUnreachableError, PermissionDeniedError, StateTopicError
+from pulsar_state.errors import (
+    AdminUnreachableError,
+    PermissionDeniedError,
+    StateTopicError,
+    TopicNotFoundError,
+)
 
 __all__ = ["PulsarAdmin", "topic_path"]
 
@@ -36,6 +41,17 @@ def topic_path(topic: str) -> str:
     if "-partition-" in parts[2]:
         raise StateTopicError(f"a state topic must not be a partition: {topic!r}")
     return "persistent/" + "/".join(quote(p, safe="") for p in parts)
+
+
+def _reason(resp: requests.Response) -> str:
+    """The broker's ``reason`` of a refused admin call, else the start of its body."""
+    try:
+        body = resp.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and body.get("reason"):
+        return str(body["reason"])
+    return resp.text[:300] or f"HTTP {resp.status_code}"
 
 
 class _TransientError(Exception):
@@ -94,9 +110,21 @@ class PulsarAdmin:
             raise _TransientError(f"{resp.status_code} {resp.text[:200]}")
         return resp
 
-    def _check(self, resp: requests.Response, what: str, ok: tuple[int, ...] = (200, 204)) -> None:
+    def _check(
+        self,
+        resp: requests.Response,
+        what: str,
+        ok: tuple[int, ...] = (200, 204),
+        *,
+        read_only: bool = False,
+    ) -> None:
         if resp.status_code in ok:
             return
+        if resp.status_code in (401, 403) and read_only:
+            raise PermissionDeniedError(
+                f"{what}: not permitted for this role ({resp.status_code}: {_reason(resp)}); "
+                "reading needs the consume (or produce) permission on the topic"
+            )
         if resp.status_code in (401, 403):
             raise PermissionDeniedError(
                 f"{what}: not permitted for this role ({resp.status_code}: {resp.text[:300]}); "
@@ -115,6 +143,24 @@ class PulsarAdmin:
             raise StateTopicError(f"{topic} is partitioned; a state topic must not be")
         resp = self.request("PUT", f"/admin/v2/{path}")
         self._check(resp, f"creating {topic}", ok=(200, 204, 409))
+
+    def require_topic(self, topic: str) -> None:
+        """Raise :class:`TopicNotFoundError` unless the non-partitioned topic exists.
+
+        Read-only: two GETs (partitioned metadata, stats), which a role with
+        only the consume permission may make; nothing is created or changed.
+        """
+        path = topic_path(topic)
+        meta = self.request("GET", f"/admin/v2/{path}/partitions")
+        if meta.status_code == 404:  # the tenant or namespace does not exist
+            raise TopicNotFoundError(f"topic {topic} does not exist ({_reason(meta)})")
+        self._check(meta, f"looking up {topic}", read_only=True)
+        if int(meta.json().get("partitions", 0)) > 0:
+            raise StateTopicError(f"{topic} is partitioned; a state topic must not be")
+        stats = self.request("GET", f"/admin/v2/{path}/stats")
+        if stats.status_code == 404:
+            raise TopicNotFoundError(f"topic {topic} does not exist")
+        self._check(stats, f"looking up {topic}", read_only=True)
 
     def protect(self, topic: str, *, compaction_threshold_bytes: int | None = None) -> None:
         """Infinite retention, no inactive deletion, optional compaction threshold.

@@ -9,13 +9,20 @@ from typing import Any, TypeVar
 import click
 import pulsar
 
-__all__ = ["cluster_client", "cluster_options"]
+__all__ = ["TopicMissingError", "admin_headers", "cluster_client", "cluster_options"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def cluster_options(fn: F) -> F:
-    """``--service-url`` and ``--admin-url``, with ``PULSAR_SERVICE_URL``/``PULSAR_ADMIN_URL``."""
+    """``--service-url``, ``--admin-url`` and ``--auth-token``, with ``PULSAR_SERVICE_URL``,
+    ``PULSAR_ADMIN_URL`` and ``PULSAR_AUTH_TOKEN``."""
+    fn = click.option(
+        "--auth-token",
+        envvar="PULSAR_AUTH_TOKEN",
+        default=None,
+        help="JWT for the broker and the admin API (env PULSAR_AUTH_TOKEN).",
+    )(fn)
     fn = click.option(
         "--admin-url",
         envvar="PULSAR_ADMIN_URL",
@@ -51,12 +58,25 @@ def client_logger() -> pulsar.ConsoleLogger:
     return pulsar.ConsoleLogger(_CLIENT_LOG_LEVEL[0])
 
 
+class TopicMissingError(click.ClickException):
+    """A read of a topic that does not exist: exit code 3 (reads never create one)."""
+
+    exit_code = 3
+
+
+def admin_headers(auth_token: str | None) -> dict[str, str] | None:
+    return {"Authorization": f"Bearer {auth_token}"} if auth_token else None
+
+
 @contextlib.contextmanager
-def cluster_client(service_url: str, timeout_s: float = 30.0) -> Iterator[pulsar.Client]:
+def cluster_client(
+    service_url: str, timeout_s: float = 30.0, auth_token: str | None = None
+) -> Iterator[pulsar.Client]:
     """A client for one command; a bad URL is a clear CLI error; closed afterwards."""
     try:
         client = pulsar.Client(
             service_url,
+            authentication=pulsar.AuthenticationToken(auth_token) if auth_token else None,
             operation_timeout_seconds=max(1, int(timeout_s)),
             logger=client_logger(),
         )

@@ -24,6 +24,7 @@ __all__ = [
     "FencedError",
     "ForkedProcessError",
     "NotFoundError",
+    "TopicNotFoundError",
     "ResourceBusyError",
     "OperationTimeoutError",
     "StateClosedError",
@@ -72,6 +73,10 @@ class ForkedProcessError(StateClosedError):
 
 class StateTopicError(PulsarStateError):
     """The state topic is unusable: missing, partitioned, unprotected, not permitted."""
+
+
+class TopicNotFoundError(StateTopicError, LookupError):
+    """A read-only open of a topic that does not exist (a read never creates one)."""
 
 
 class AdminUnreachableError(StateTopicError, ConnectionError):

@@ -1,7 +1,13 @@
 """``pulsar-state map get|put|delete|ls|dump --topic T``: a PulsarMap from the shell.
 
 Values are JSON on the command line and in the output. URLs come from
-``--service-url``/``--admin-url`` or ``PULSAR_SERVICE_URL``/``PULSAR_ADMIN_URL``.
+``--service-url``/``--admin-url`` or ``PULSAR_SERVICE_URL``/``PULSAR_ADMIN_URL``,
+a JWT from ``--auth-token`` or ``PULSAR_AUTH_TOKEN``.
+
+``get``, ``ls`` and ``dump`` are read-only (a :class:`~pulsar_state.topic_view.TopicView`):
+they create no topic, set no policy, open no producer, so a role with only
+the consume permission can run them; a missing topic is exit code 3. ``put``
+and ``delete`` open a :class:`PulsarMap`, which creates and protects the topic.
 """
 
 from __future__ import annotations
@@ -16,49 +22,109 @@ import click
 import pulsar
 from tqdm import tqdm
 
-from pulsar_state.cli_options import cluster_client, cluster_options
+from pulsar_state.cli_options import (
+    TopicMissingError,
+    admin_headers,
+    cluster_client,
+    cluster_options,
+)
 from pulsar_state.config import StateConfig
-from pulsar_state.errors import PulsarStateError
-from pulsar_state.pulsar_map import PulsarMap
+from pulsar_state.errors import PulsarStateError, StateTopicError, TopicNotFoundError
+from pulsar_state.manager import full_topic_name
+from pulsar_state.pulsar_map import MapOp, PulsarMap, _apply, _MapCodec
+from pulsar_state.serde import JsonSerde, StrKeySerde
+from pulsar_state.topic_format import check_user_key
+from pulsar_state.topic_view import TopicView
 
 __all__ = ["map_group"]
 
 
 @contextlib.contextmanager
+def _errors() -> Iterator[None]:
+    """The library's errors as CLI errors: a message, no traceback."""
+    try:
+        yield
+    except TopicNotFoundError as exc:
+        raise TopicMissingError(str(exc)) from exc
+    except PulsarStateError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except pulsar.PulsarException as exc:
+        raise click.ClickException(f"Pulsar error: {exc}") from exc
+    except (ValueError, TypeError) as exc:  # a key or value the map refuses
+        raise click.ClickException(f"invalid input: {exc}") from exc
+
+
+@contextlib.contextmanager
 def _open_map(ctx: click.Context) -> Iterator[PulsarMap[str, Any]]:
+    """The map, for writing (creates and protects the topic)."""
     opts = ctx.obj
-    with cluster_client(opts["service_url"], opts["timeout"]) as client:
-        try:
-            with PulsarMap[str, Any](
-                client,
-                opts["topic"],
-                admin_url=opts["admin_url"],
-                config=StateConfig(operation_timeout_s=opts["timeout"]),
-            ) as m:
-                yield m
-        except PulsarStateError as exc:
-            raise click.ClickException(str(exc)) from exc
-        except pulsar.PulsarException as exc:
-            raise click.ClickException(f"Pulsar error: {exc}") from exc
-        except (ValueError, TypeError) as exc:  # a key or value the map refuses
-            raise click.ClickException(f"invalid input: {exc}") from exc
+    with (
+        cluster_client(opts["service_url"], opts["timeout"], opts["auth_token"]) as client,
+        _errors(),
+        PulsarMap[str, Any](
+            client,
+            opts["topic"],
+            admin_url=opts["admin_url"],
+            admin_headers=admin_headers(opts["auth_token"]),
+            config=StateConfig(operation_timeout_s=opts["timeout"]),
+        ) as m,
+    ):
+        yield m
+
+
+def _read_map(ctx: click.Context) -> dict[str, Any]:
+    """The map's latest content, read-only (see the module docstring)."""
+    opts = ctx.obj
+    with (
+        cluster_client(opts["service_url"], opts["timeout"], opts["auth_token"]) as client,
+        _errors(),
+        TopicView[dict[str, Any], MapOp[str, Any]](
+            client=client,
+            topic=opts["topic"],
+            codec=_MapCodec(StrKeySerde(), JsonSerde()),
+            initializer=dict,
+            applier=_apply,
+            admin_url=opts["admin_url"],
+            admin_headers=admin_headers(opts["auth_token"]),
+            timeout_s=opts["timeout"],
+        ) as view,
+    ):
+        return view.catch_up()
+
+
+def _topic(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    try:
+        return full_topic_name(value)
+    except StateTopicError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+def _user_key(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    try:
+        return check_user_key(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
 
 
 @click.group("map")
-@click.option("--topic", required=True, help="The map's topic (persistent://t/ns/name or name).")
+@click.option(
+    "--topic",
+    required=True,
+    callback=_topic,
+    help="The map's topic (persistent://t/ns/name or name).",
+)
 @cluster_options
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds per operation.")
 @click.pass_context
-def map_group(
-    ctx: click.Context, topic: str, service_url: str, admin_url: str, timeout: float
-) -> None:
-    """Read and change a PulsarMap."""
-    ctx.obj = {
-        "topic": topic,
-        "service_url": service_url,
-        "admin_url": admin_url,
-        "timeout": timeout,
-    }
+def map_group(ctx: click.Context, /, **options: Any) -> None:
+    """Read and change a PulsarMap.
+
+    get, ls and dump only read: no topic is created and nothing is changed.
+    """
+    if options["timeout"] <= 0:
+        raise click.BadParameter(f"must be > 0, got {options['timeout']}", param_hint="--timeout")
+    # topic, service_url, admin_url, auth_token, timeout
+    ctx.obj = options
 
 
 def _parse(value: str) -> Any:
@@ -71,20 +137,19 @@ def _parse(value: str) -> Any:
 
 
 @map_group.command()
-@click.argument("key")
+@click.argument("key", callback=_user_key)
 @click.pass_context
 def get(ctx: click.Context, key: str) -> None:
-    """Print KEY's value (latest) as JSON; exit 1 if absent."""
-    with _open_map(ctx) as m:
-        found = m.contains(key, latest=True).result(ctx.obj["timeout"])
-        if not found:
-            click.echo(f"{key}: not found", err=True)
-            sys.exit(1)
-        click.echo(json.dumps(m.get(key).result()))
+    """Print KEY's value (latest) as JSON; exit 1 if absent, 3 if no such topic."""
+    entries = _read_map(ctx)
+    if key not in entries:
+        click.echo(f"{key}: not found", err=True)
+        sys.exit(1)
+    click.echo(json.dumps(entries[key]))
 
 
 @map_group.command()
-@click.argument("key")
+@click.argument("key", callback=_user_key)
 @click.argument("value")
 @click.pass_context
 def put(ctx: click.Context, key: str, value: str) -> None:
@@ -95,7 +160,7 @@ def put(ctx: click.Context, key: str, value: str) -> None:
 
 
 @map_group.command()
-@click.argument("key")
+@click.argument("key", callback=_user_key)
 @click.pass_context
 def delete(ctx: click.Context, key: str) -> None:
     """Delete KEY; print the value it had."""
@@ -106,21 +171,17 @@ def delete(ctx: click.Context, key: str) -> None:
 @map_group.command("ls")
 @click.pass_context
 def list_keys(ctx: click.Context) -> None:
-    """List the keys (latest), sorted."""
-    with _open_map(ctx) as m:
-        for key in sorted(m.list_keys(latest=True).result(ctx.obj["timeout"])):
-            click.echo(key)
+    """List the keys (latest), sorted; exit 3 if no such topic."""
+    for key in sorted(_read_map(ctx)):
+        click.echo(key)
 
 
 @map_group.command()
 @click.option("--output", "-o", type=click.File("w"), default="-", help="File (default stdout).")
 @click.pass_context
 def dump(ctx: click.Context, output: Any) -> None:
-    """Write every entry as a JSON line {"key": ..., "value": ...}."""
-    with _open_map(ctx) as m:
-        entries = m.items(latest=True).result(ctx.obj["timeout"])
-        show = output is not sys.stdout and len(entries) > 1000
-        for key, value in tqdm(
-            sorted(entries.items()), disable=not show, unit="keys", file=sys.stderr
-        ):
-            output.write(json.dumps({"key": key, "value": value}) + "\n")
+    """Write every entry as a JSON line {"key": ..., "value": ...}; exit 3 if no such topic."""
+    entries = _read_map(ctx)
+    show = output is not sys.stdout and len(entries) > 1000
+    for key, value in tqdm(sorted(entries.items()), disable=not show, unit="keys", file=sys.stderr):
+        output.write(json.dumps({"key": key, "value": value}) + "\n")

@@ -2,7 +2,14 @@
 
 Values are printed as text when they are UTF-8, else as base64 (``--raw``
 writes the bytes as they are). URLs: ``--service-url``/``--admin-url`` or
-``PULSAR_SERVICE_URL``/``PULSAR_ADMIN_URL``.
+``PULSAR_SERVICE_URL``/``PULSAR_ADMIN_URL``; a JWT: ``--auth-token`` or
+``PULSAR_AUTH_TOKEN``.
+
+``get``, ``ls`` and ``watch`` are read-only (a :class:`~pulsar_state.topic_view.TopicView`):
+no topic, session or policy is created or changed, so a role with only the
+consume permission can run them; a missing topic is exit code 3. They show
+the tree as written: an ephemeral node whose owner died stays until a live
+store removes it. ``put`` and ``rm`` open a :class:`MetadataStore`.
 """
 
 from __future__ import annotations
@@ -11,42 +18,125 @@ import base64
 import contextlib
 import json
 import sys
-import threading
 from collections.abc import Iterator
+from typing import Any
 
 import click
+import pulsar
 
-from pulsar_state.cli_options import cluster_client, cluster_options
-from pulsar_state.errors import BadVersionError, NotFoundError, PulsarStateError
-from pulsar_state.metadata_state import Notification
-from pulsar_state.metadata_store import MetadataStore
+from pulsar_state.cli_options import (
+    TopicMissingError,
+    admin_headers,
+    cluster_client,
+    cluster_options,
+)
+from pulsar_state.errors import (
+    BadVersionError,
+    NotFoundError,
+    PulsarStateError,
+    StateTopicError,
+    TopicNotFoundError,
+)
+from pulsar_state.manager import full_topic_name
+from pulsar_state.metadata_state import MetadataTree, MetaOp, Notification, validate_path
+from pulsar_state.metadata_store import MetadataStore, _MetaCodec
+from pulsar_state.topic_view import TopicView
 
 __all__ = ["meta_group"]
 
 
+_TIMEOUT_S = 30.0
+
+
+@contextlib.contextmanager
+def _errors() -> Iterator[None]:
+    """The library's errors as CLI errors: a message, no traceback."""
+    try:
+        yield
+    except (BadVersionError, NotFoundError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except TopicNotFoundError as exc:
+        raise TopicMissingError(str(exc)) from exc
+    except PulsarStateError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except pulsar.PulsarException as exc:
+        raise click.ClickException(f"Pulsar error: {exc}") from exc
+    except ValueError as exc:
+        raise click.ClickException(f"invalid input: {exc}") from exc
+
+
 @contextlib.contextmanager
 def _open_store(ctx: click.Context) -> Iterator[MetadataStore]:
+    """The store, for writing (creates and protects the topic, opens a session)."""
     opts = ctx.obj
-    with cluster_client(opts["service_url"]) as client:
-        try:
-            with MetadataStore(client, opts["topic"], admin_url=opts["admin_url"]) as store:
-                yield store
-        except (BadVersionError, NotFoundError) as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(1)
-        except PulsarStateError as exc:
-            raise click.ClickException(str(exc)) from exc
-        except ValueError as exc:
-            raise click.ClickException(f"invalid input: {exc}") from exc
+    with (
+        cluster_client(opts["service_url"], _TIMEOUT_S, opts["auth_token"]) as client,
+        _errors(),
+        MetadataStore(
+            client,
+            opts["topic"],
+            admin_url=opts["admin_url"],
+            admin_headers=admin_headers(opts["auth_token"]),
+        ) as store,
+    ):
+        yield store
+
+
+@contextlib.contextmanager
+def _view(
+    ctx: click.Context, notes: list[Notification]
+) -> Iterator[TopicView[MetadataTree, MetaOp]]:
+    """A read-only view of the tree, caught up; each applied op's notifications
+    are appended to ``notes``."""
+
+    def apply(tree: MetadataTree, op: MetaOp) -> None:
+        notes.extend(tree.apply(op))
+
+    opts = ctx.obj
+    with (
+        cluster_client(opts["service_url"], _TIMEOUT_S, opts["auth_token"]) as client,
+        _errors(),
+        TopicView[MetadataTree, MetaOp](
+            client=client,
+            topic=opts["topic"],
+            codec=_MetaCodec(),
+            initializer=MetadataTree,
+            applier=apply,
+            admin_url=opts["admin_url"],
+            admin_headers=admin_headers(opts["auth_token"]),
+            timeout_s=_TIMEOUT_S,
+        ) as view,
+    ):
+        view.catch_up()
+        yield view
+
+
+def _topic(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    try:
+        return full_topic_name(value)
+    except StateTopicError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+def _path(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    try:
+        return validate_path(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
 
 
 @click.group("meta")
-@click.option("--topic", required=True, help="The metadata store's topic.")
+@click.option("--topic", required=True, callback=_topic, help="The metadata store's topic.")
 @cluster_options
 @click.pass_context
-def meta_group(ctx: click.Context, topic: str, service_url: str, admin_url: str) -> None:
-    """Read, change and watch a metadata store (PIP-45)."""
-    ctx.obj = {"topic": topic, "service_url": service_url, "admin_url": admin_url}
+def meta_group(ctx: click.Context, /, **options: Any) -> None:
+    """Read, change and watch a metadata store (PIP-45).
+
+    get, ls and watch only read: no topic is created and nothing is changed.
+    """
+    # topic, service_url, admin_url, auth_token
+    ctx.obj = options
 
 
 def _show(value: bytes) -> str:
@@ -57,60 +147,61 @@ def _show(value: bytes) -> str:
 
 
 @meta_group.command()
-@click.argument("path")
+@click.argument("path", callback=_path)
 @click.option("--stat", is_flag=True, help="Print the Stat as JSON too.")
 @click.pass_context
 def get(ctx: click.Context, path: str, stat: bool) -> None:
-    """Print PATH's value (latest); exit 1 if absent."""
-    with _open_store(ctx) as store:
-        found = store.get(path, latest=True).result(30)
-        if found is None:
-            click.echo(f"{path}: not found", err=True)
-            sys.exit(1)
-        click.echo(_show(found.value))
-        if stat:
-            s = found.stat
-            click.echo(
-                json.dumps(
-                    {
-                        "version": s.version,
-                        "ctime": s.creation_timestamp,
-                        "mtime": s.modification_timestamp,
-                        "ephemeral": s.ephemeral,
-                    }
-                )
+    """Print PATH's value (latest); exit 1 if absent, 3 if no such topic."""
+    with _view(ctx, []) as view:
+        found = view.state.get(path)
+    if found is None:
+        click.echo(f"{path}: not found", err=True)
+        sys.exit(1)
+    click.echo(_show(found.value))
+    if stat:
+        s = found.stat
+        click.echo(
+            json.dumps(
+                {
+                    "version": s.version,
+                    "ctime": s.creation_timestamp,
+                    "mtime": s.modification_timestamp,
+                    "ephemeral": s.ephemeral,
+                }
             )
+        )
 
 
 @meta_group.command()
-@click.argument("path")
+@click.argument("path", callback=_path)
 @click.argument("value")
 @click.option("--version", "expected", type=int, default=None, help="Expected version (-1: new).")
 @click.pass_context
 def put(ctx: click.Context, path: str, value: str, expected: int | None) -> None:
     """Set PATH to VALUE (text); print the new version."""
     with _open_store(ctx) as store:
-        click.echo(store.put(path, value.encode(), expected).result(30).version)
+        click.echo(store.put(path, value.encode(), expected).result(_TIMEOUT_S).version)
 
 
 @meta_group.command("ls")
-@click.argument("path", default="/")
+@click.argument("path", default="/", callback=_path)
 @click.pass_context
 def list_children(ctx: click.Context, path: str) -> None:
-    """List PATH's children."""
-    with _open_store(ctx) as store:
-        for child in store.get_children(path, latest=True).result(30):
-            click.echo(child)
+    """List PATH's children (latest); exit 3 if no such topic."""
+    with _view(ctx, []) as view:
+        children = view.state.children(path)
+    for child in children:
+        click.echo(child)
 
 
 @meta_group.command("rm")
-@click.argument("path")
+@click.argument("path", callback=_path)
 @click.option("--version", "expected", type=int, default=None, help="Expected version.")
 @click.pass_context
 def remove(ctx: click.Context, path: str, expected: int | None) -> None:
     """Delete PATH."""
     with _open_store(ctx) as store:
-        store.delete(path, expected).result(30)
+        store.delete(path, expected).result(_TIMEOUT_S)
 
 
 @meta_group.command()
@@ -118,18 +209,20 @@ def remove(ctx: click.Context, path: str, expected: int | None) -> None:
 @click.option("--count", type=int, default=0, help="Stop after this many (0: until Ctrl-C).")
 @click.pass_context
 def watch(ctx: click.Context, prefix: str, count: int) -> None:
-    """Print every change as it happens: TYPE PATH."""
-    done = threading.Event()
-    seen = [0]
-
-    def show(note: Notification) -> None:
-        if note.path.startswith(prefix):
-            click.echo(f"{note.type.value} {note.path}")
-            seen[0] += 1
-            if count and seen[0] >= count:
-                done.set()
-
-    with _open_store(ctx) as store:
-        store.register_listener(show)
-        with contextlib.suppress(KeyboardInterrupt):
-            done.wait()
+    """Print every change from now on as it happens: TYPE PATH; exit 3 if no such topic."""
+    if count < 0:
+        raise click.BadParameter(f"must be >= 0, got {count}", param_hint="--count")
+    notes: list[Notification] = []
+    seen = 0
+    with _view(ctx, notes) as view, contextlib.suppress(KeyboardInterrupt):
+        notes.clear()  # the history read while catching up is not news
+        click.echo(f"watching {view.topic} under {prefix} (Ctrl-C stops)", err=True)
+        for _ in view.follow():
+            news, notes[:] = list(notes), []
+            for note in news:
+                if not note.path.startswith(prefix):
+                    continue
+                click.echo(f"{note.type.value} {note.path}")
+                seen += 1
+                if count and seen >= count:
+                    return

@@ -1,0 +1,139 @@
+"""TopicView: read a state topic without changing anything on the cluster.
+
+A :class:`~pulsar_state.manager.SharedStateManager` is made to write: opening
+one creates the topic if missing, protects it (retention, inactive-topic
+policy, compaction threshold), reaps stale subscriptions and subscribes with
+a durable subscription. A reader needs none of that, and a role with only the
+consume permission may not do most of it. A view:
+
+* checks through the admin API (GETs only) that the topic exists, and raises
+  :class:`~pulsar_state.errors.TopicNotFoundError` if not; it never opens a
+  Reader on a missing topic, which the broker would create when auto topic
+  creation is on;
+* reads with a non-durable ``Reader`` (compacted view plus the raw tail) and
+  the state core's own replay (:class:`~pulsar_state.replay.LogReplay`), so it
+  sees what a manager sees: whole writes only, tombstones applied, stale
+  (fenced) writes and duplicates dropped;
+* has no producer and makes no admin write.
+
+``catch_up()`` reads through the topic's last message as of the call;
+``follow()`` then applies new messages as they come.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, Self, TypeVar
+
+import pulsar
+
+from pulsar_state.admin import PulsarAdmin
+from pulsar_state.errors import OperationTimeoutError, PermissionDeniedError, StateTopicError
+from pulsar_state.manager import full_topic_name
+from pulsar_state.op_codec import OpCodec
+from pulsar_state.replay import LogReplay
+
+__all__ = ["TopicView"]
+
+log = logging.getLogger(__name__)
+
+S = TypeVar("S")
+Op = TypeVar("Op")
+
+
+class TopicView(Generic[S, Op]):
+    """A read-only replica of a state topic. See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        client: pulsar.Client,
+        topic: str,
+        codec: OpCodec[Op],
+        initializer: Callable[[], S],
+        applier: Callable[[S, Op], Any],
+        admin_url: str,
+        admin_headers: dict[str, str] | None = None,
+        timeout_s: float = 30.0,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+        self.topic = full_topic_name(topic)
+        self.timeout_s = timeout_s
+        admin = PulsarAdmin(
+            admin_url, headers=admin_headers, timeout_s=min(10.0, timeout_s), retry_s=timeout_s
+        )
+        try:
+            admin.require_topic(self.topic)
+        finally:
+            admin.close()
+        self._replay: LogReplay[S, Op] = LogReplay(
+            topic=self.topic, codec=codec, applier=applier, state=initializer()
+        )
+        try:
+            self._reader = client.create_reader(
+                self.topic, pulsar.MessageId.earliest, is_read_compacted=True
+            )
+        except (pulsar.AuthorizationError, pulsar.AuthenticationError) as exc:
+            raise PermissionDeniedError(
+                f"not permitted to read {self.topic} ({exc}): grant the client's role the "
+                "consume permission"
+            ) from exc
+        except pulsar.PulsarException as exc:
+            raise StateTopicError(f"cannot read {self.topic}: {exc}") from exc
+
+    @property
+    def state(self) -> S:
+        """The state as replayed so far (only this view's thread changes it)."""
+        return self._replay.state
+
+    def catch_up(self) -> S:
+        """Read through the topic's last message as of now; the state there.
+
+        Bounded by ``timeout_s``: a topic that does not deliver its tail in
+        time raises :class:`OperationTimeoutError`.
+        """
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            while self._reader.has_message_available():
+                left_ms = int((deadline - time.monotonic()) * 1000)
+                if left_ms <= 0:
+                    raise pulsar.Timeout()
+                self._replay.feed(self._reader.read_next(timeout_millis=left_ms))
+        except pulsar.Timeout:
+            raise OperationTimeoutError(
+                f"reading {self.topic} through its last message took over {self.timeout_s:.0f}s"
+            ) from None
+        except pulsar.PulsarException as exc:
+            raise StateTopicError(f"cannot read {self.topic}: {exc}") from exc
+        self._replay.flush()
+        return self._replay.state
+
+    def follow(self, poll_s: float = 0.2) -> Iterator[S]:
+        """Apply new messages as they arrive; yield the state after each message
+        and after each ``poll_s`` without one (so the caller can stop)."""
+        poll_ms = max(1, int(poll_s * 1000))
+        while True:
+            try:
+                msg = self._reader.read_next(timeout_millis=poll_ms)
+            except pulsar.Timeout:
+                self._replay.flush()  # nothing follows for now: apply what is complete
+            except pulsar.PulsarException as exc:
+                raise StateTopicError(f"cannot read {self.topic}: {exc}") from exc
+            else:
+                self._replay.feed(msg)
+            yield self._replay.state
+
+    def close(self) -> None:
+        try:
+            self._reader.close()
+        except pulsar.PulsarException:
+            log.debug("closing the reader of %s failed", self.topic, exc_info=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
