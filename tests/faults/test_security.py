@@ -8,7 +8,10 @@ read, latest reads included; an unauthenticated client is refused.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +22,7 @@ import requests
 from harness import REPO_ROOT, unique_topic
 
 from pulsar_state import PermissionDeniedError, PulsarMap, StateConfig, StateTopicError
+from pulsar_state.admin import topic_path
 from pulsar_state.deploy.standalone import StandaloneBroker
 from pulsar_state.deploy.token_auth import TokenAuthority
 
@@ -142,4 +146,52 @@ def test_a_role_without_permissions_and_an_anonymous_client_are_refused(
             PulsarMap[str, int](anonymous, seeded, config=config)
     finally:
         anonymous.close()
+    assert _items(secured, seeded) == {"a": 1}
+
+
+def _cli(secured: SecuredBroker, role: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``pulsar-state`` as a user runs it, authenticated as ``role`` (env PULSAR_AUTH_TOKEN)."""
+    env = {
+        **os.environ,
+        "PULSAR_SERVICE_URL": secured.service_url,
+        "PULSAR_ADMIN_URL": secured.admin_url,
+        "PULSAR_AUTH_TOKEN": secured.authority.token(role),
+    }
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "pulsar-state"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_cli_reads_as_a_consume_only_role(secured: SecuredBroker, seeded: str) -> None:
+    got = _cli(secured, "reader", "map", "--topic", seeded, "get", "a")
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout) == 1
+    listed = _cli(secured, "reader", "map", "--topic", seeded, "ls")
+    assert (listed.returncode, listed.stdout.split()) == (0, ["a"]), listed.stderr
+    dumped = _cli(secured, "reader", "map", "--topic", seeded, "dump")
+    assert dumped.returncode == 0, dumped.stderr
+    assert [json.loads(line) for line in dumped.stdout.splitlines()] == [{"key": "a", "value": 1}]
+
+    missing = unique_topic("sec-missing", NAMESPACE)
+    absent = _cli(secured, "reader", "map", "--topic", missing, "get", "a")
+    assert absent.returncode == 3, absent.stderr
+    assert f"topic {missing} does not exist" in absent.stderr
+    assert "Traceback" not in absent.stderr
+    stats = requests.get(
+        f"{secured.admin_url}/admin/v2/{topic_path(missing)}/stats",
+        headers=secured.headers("admin"),
+        timeout=30,
+    )
+    assert stats.status_code == 404, stats.text  # the read created nothing
+
+    # writing still needs the produce permission: a clear refusal, nothing changed
+    put = _cli(secured, "reader", "map", "--topic", seeded, "put", "a", "2")
+    assert put.returncode != 0
+    assert "not permitted" in put.stderr
+    assert "Traceback" not in put.stderr
     assert _items(secured, seeded) == {"a": 1}
