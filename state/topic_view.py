@@ -9,7 +9,8 @@ consume permission may not do most of it. A view:
 * checks through the admin API (GETs only) that the topic exists, and raises
   :class:`~pulsar_state.errors.TopicNotFoundError` if not; it never opens a
   Reader on a missing topic, which the broker would create when auto topic
-  creation is on;
+  creation is on (a topic deleted between that check and the Reader's open
+  would still be re-created by such a broker: a window of one round trip);
 * reads with a non-durable ``Reader`` (compacted view plus the raw tail) and
   the state core's own replay (:class:`~pulsar_state.replay.LogReplay`), so it
   sees what a manager sees: whole writes only, tombstones applied, stale
