@@ -8,6 +8,7 @@ counter without losing an increment, and an atomic multi-key write.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -20,12 +21,15 @@ import pulsar
 from pulsar_state.cli_options import client_logger
 from pulsar_state.deploy.cli import default_data_dir
 from pulsar_state.deploy.demo_functions import functions_demo
+from pulsar_state.deploy.function_ready import DeployedFunction
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 from pulsar_state.deploy.standalone import StandaloneBroker
-from pulsar_state.errors import PulsarStateError
+from pulsar_state.errors import PulsarAdminError, PulsarStateError
 from pulsar_state.pulsar_map import PulsarMap
 
-__all__ = ["demo"]
+__all__ = ["demo", "smoke_demo"]
+
+log = logging.getLogger(__name__)
 
 
 def _step(text: str) -> None:
@@ -43,17 +47,32 @@ def _shared_state_demo(service_url: str, admin_url: str, suffix: str) -> None:
         per_thread = 25
         t0 = time.monotonic()
 
+        failures: list[BaseException] = []
+
         def work(m: PulsarMap[str, int]) -> None:
-            for _ in range(per_thread):
-                m.update("counter", lambda v: (v or 0) + 1).result(timeout=120)
+            try:
+                for _ in range(per_thread):
+                    m.update("counter", lambda v: (v or 0) + 1).result(timeout=120)
+            except BaseException as exc:  # reported below, from the main thread
+                failures.append(exc)
 
         threads = [threading.Thread(target=work, args=(m,)) for m in maps for _ in range(4)]
         for t in threads:
             t.start()
         for t in threads:
-            t.join()
+            t.join(timeout=per_thread * 120)
+        if any(t.is_alive() for t in threads) or failures:
+            raise PulsarStateError(
+                f"the shared state step failed on {topic}: "
+                + (repr(failures[0]) if failures else "an incrementing thread did not finish")
+            ) from (failures[0] if failures else None)
         took = time.monotonic() - t0
         values = [m.get("counter", latest=True).result(timeout=60) for m in maps]
+        if values != [len(threads) * per_thread] * len(maps):
+            raise PulsarStateError(
+                f"the shared state step lost increments on {topic}: counter = {values}, "
+                f"expected {len(threads) * per_thread}"
+            )
         click.echo(
             f"  counter = {values} (expected {len(threads) * per_thread} in both), "
             f"{len(threads) * per_thread / took:.0f} increments/s"
@@ -71,6 +90,74 @@ def _shared_state_demo(service_url: str, admin_url: str, suffix: str) -> None:
 
 def _smoke_source() -> Path:
     return Path(str(resources.files("pulsar_state.functions") / "smoke.py"))
+
+
+def smoke_demo(
+    service_url: str,
+    admin_url: str,
+    suffix: str,
+    messages: int,
+    *,
+    logs_dir: Path | None = None,
+    timeout_s: float = 120.0,
+) -> list[str]:
+    """The smoke function: deploy it, send ``messages`` through it, return its answers.
+
+    It subscribes from the earliest position, and nothing is sent before the
+    worker reports it running and its input shows its subscription: no message
+    depends on how fast the instance starts.
+    """
+    admin = PulsarAdminCli(admin_url=admin_url)
+    answers: list[str] = []
+    fqn = ("public", "default", f"smoke-{suffix}")
+    source = f"persistent://public/default/smoke-in-{suffix}"
+    sink = f"persistent://public/default/smoke-out-{suffix}"
+    _step(f"deploying the smoke function {'/'.join(fqn)} with pulsar-admin")
+    client = pulsar.Client(service_url, logger=client_logger())
+    with DeployedFunction(admin_url=admin_url, fqn=fqn, logs_dir=logs_dir) as function:
+        try:
+            consumer = client.subscribe(
+                sink, "demo", initial_position=pulsar.InitialPosition.Earliest
+            )
+            admin.create_function(
+                fqn=fqn,
+                py=_smoke_source(),
+                classname="smoke.Exclaim",
+                inputs=[source],
+                output=sink,
+                extra=["--subs-position", "Earliest"],
+            )
+            function.wait_ready(inputs=[source], instances=1, timeout_s=timeout_s)
+            click.echo("  running, and subscribed to its input")
+            producer = client.create_producer(source)
+            _step(f"sending {messages} messages through it")
+            for i in range(messages):
+                producer.send(f"hello {i}".encode())
+            for i in range(messages):
+                msg = function.receive(
+                    consumer, what=f"answer {i + 1} of {messages} on {sink}", timeout_s=timeout_s
+                )
+                answers.append(msg.data().decode())
+                click.echo(f"  {answers[-1]}")
+                consumer.acknowledge(msg)
+            status = admin.function_status(fqn)
+            processed = sum(i["status"]["numSuccessfullyProcessed"] for i in status["instances"])
+            click.echo(
+                f"function status: {status['numRunning']}/{status['numInstances']} running, "
+                f"processed {processed}"
+            )
+        finally:
+            client.close()
+            _delete_quietly(admin, fqn)
+    return answers
+
+
+def _delete_quietly(admin: PulsarAdminCli, fqn: tuple[str, str, str]) -> None:
+    """Delete a demo function; one that is not there (a failed create) is no error."""
+    try:
+        admin.delete_function(fqn)
+    except PulsarAdminError as exc:
+        log.warning("could not delete %s: %s", "/".join(fqn), exc.output.strip()[-300:])
 
 
 @click.command()
@@ -92,41 +179,18 @@ def demo(data_dir: Path, messages: int, keep_broker: bool) -> None:
         click.echo(info.describe())
         click.echo(f"ready in {time.monotonic() - t0:.1f}s (pid {info.pid}, Pulsar {info.version})")
 
-        admin = PulsarAdminCli(admin_url=info.admin_url)
         suffix = uuid.uuid4().hex[:8]
-        fqn = ("public", "default", f"smoke-{suffix}")
-        source = f"persistent://public/default/smoke-in-{suffix}"
-        sink = f"persistent://public/default/smoke-out-{suffix}"
-        _step(f"deploying the smoke function {'/'.join(fqn)} with pulsar-admin")
-        admin.create_function(
-            fqn=fqn, py=_smoke_source(), classname="smoke.Exclaim", inputs=[source], output=sink
-        )
-        client = pulsar.Client(info.service_url, logger=client_logger())
-        try:
-            consumer = client.subscribe(
-                sink, "demo", initial_position=pulsar.InitialPosition.Earliest
-            )
-            producer = client.create_producer(source)
-            _step(f"sending {messages} messages through it")
-            for i in range(messages):
-                producer.send(f"hello {i}".encode())
-            for _ in range(messages):
-                msg = consumer.receive(timeout_millis=120_000)
-                click.echo(f"  {msg.data().decode()}")
-                consumer.acknowledge(msg)
-        finally:
-            client.close()
-        status = admin.function_status(fqn)
-        click.echo(
-            f"function status: {status['numRunning']}/{status['numInstances']} running, "
-            f"processed {sum(i['status']['numSuccessfullyProcessed'] for i in status['instances'])}"
-        )
-        admin.delete_function(fqn)
+        logs_dir = data_dir / "logs"
+        smoke_demo(info.service_url, info.admin_url, suffix, messages, logs_dir=logs_dir)
         _shared_state_demo(info.service_url, info.admin_url, suffix)
-        functions_demo(info.service_url, info.admin_url, suffix)
+        functions_demo(info.service_url, info.admin_url, suffix, logs_dir=logs_dir)
         _step("done")
-    except PulsarStateError as exc:
-        raise click.ClickException(str(exc)) from exc
+    except PulsarStateError as exc:  # says which step and, for a function, where its log is
+        raise click.ClickException(f"{exc} [broker log: {broker.log_file}]") from exc
+    except pulsar.PulsarException as exc:
+        raise click.ClickException(
+            f"the Pulsar client failed: {exc!r} [broker log: {broker.log_file}]"
+        ) from exc
     finally:
         if not keep_broker:
             broker.stop()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,10 @@ from pulsar_state.cli_options import client_logger
 from pulsar_state.connectors.sink import open_backend
 from pulsar_state.connectors.sql_backend import SinkDatabaseError
 from pulsar_state.deploy.function_package import build_function_package
+from pulsar_state.deploy.function_ready import DeployedFunction
 from pulsar_state.deploy.functions_deploy import FUNCTIONS, _config_dir, _entry
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
+from pulsar_state.errors import PulsarAdminError
 from pulsar_state.functions.scheduler_member import SchedulerMember
 from pulsar_state.pulsar_map import PulsarMap
 
@@ -39,8 +40,13 @@ LINES = [
 
 
 def _deploy(
-    admin: PulsarAdminCli, config_file: str, suffix: str, **extra: Any
-) -> tuple[str, str, str]:
+    admin: PulsarAdminCli, config_file: str, suffix: str, logs_dir: Path | None, **extra: Any
+) -> DeployedFunction:
+    """Create the function of ``config_file`` with per-run topics; wait until it runs.
+
+    Returns once its instances run and its input shows its subscription, so
+    whatever the demo sends next reaches it.
+    """
     entry, extras = FUNCTIONS[config_file]
     config = yaml.safe_load((_config_dir() / config_file).read_text())
     config["name"] = f"{config['name']}-{suffix}"
@@ -56,18 +62,12 @@ def _deploy(
             name=config["name"], entry=_entry(entry), out_dir=Path(tmp), extras=extras
         )
         admin.create_function(fqn=fqn, config_file=rendered, py=package)
-    return fqn
+    function = DeployedFunction(admin_url=admin.admin_url, fqn=fqn, logs_dir=logs_dir)
+    function.wait_ready(inputs=config["inputs"], instances=int(config["parallelism"]))
+    return function
 
 
-def _wait_running(admin: PulsarAdminCli, fqn: tuple[str, str, str], instances: int) -> None:
-    deadline = time.monotonic() + 180
-    while admin.function_status(fqn)["numRunning"] < instances:
-        if time.monotonic() > deadline:
-            raise click.ClickException(f"{'/'.join(fqn)} did not start")
-        time.sleep(1)
-
-
-def _sink_demo(client: pulsar.Client, topic: str, database: Path) -> None:
+def _sink_demo(client: pulsar.Client, sink: DeployedFunction, topic: str, database: Path) -> None:
     """Keyed orders through the SQL sink: the table keeps the latest per key."""
     backend = open_backend(str(database))  # the sink's own reader of its table
 
@@ -87,11 +87,12 @@ def _sink_demo(client: pulsar.Client, topic: str, database: Path) -> None:
     producer.send(b"", partition_key="order-0")  # an empty value deletes the row
     del expected["order-0"]
     try:
-        deadline = time.monotonic() + 120
-        while table() != expected:
-            if time.monotonic() > deadline:
-                raise click.ClickException(f"the sink table is {table()}, not {expected}")
-            time.sleep(0.5)
+        sink.wait_for(
+            lambda: table() == expected,
+            what=f"the table kv in {database} to hold {expected}",
+            timeout_s=120,
+            seen=lambda: f"it holds {table()}",
+        )
         click.echo(f"  table kv in {database} (effectively once, latest per key):")
         for key, value in table().items():
             click.echo(f"    {key:8} {value}")
@@ -99,21 +100,38 @@ def _sink_demo(client: pulsar.Client, topic: str, database: Path) -> None:
         backend.close()
 
 
-def _show_assignments(members: list[SchedulerMember], instances: int) -> None:
+def _show_assignments(
+    scheduler: DeployedFunction, members: list[SchedulerMember], instances: int
+) -> None:
     """Wait until ``instances`` are spread over ``members``; print who runs what."""
-    deadline = time.monotonic() + 60
-    while True:
-        mine = {m.member_id: m.assignments() for m in members}
-        if sum(map(len, mine.values())) == instances and all(mine.values()):
-            break
-        if time.monotonic() > deadline:
-            raise click.ClickException("the scheduler did not assign every instance")
-        time.sleep(0.3)
+    mine: dict[str, list[str]] = {}
+
+    def spread() -> bool:
+        mine.clear()
+        mine.update({m.member_id: m.assignments() for m in members})
+        return sum(map(len, mine.values())) == instances and all(mine.values())
+
+    scheduler.wait_for(
+        spread,
+        what=f"{instances} instances assigned over {len(members)} members",
+        timeout_s=60,
+        interval_s=0.3,
+        seen=lambda: f"assigned: {mine}",
+    )
     for member_id, assigned in mine.items():
         click.echo(f"  {member_id}: {', '.join(assigned)}")
 
 
-def functions_demo(service_url: str, admin_url: str, suffix: str) -> None:
+def functions_demo(
+    service_url: str, admin_url: str, suffix: str, *, logs_dir: Path | None = None
+) -> None:
+    """Deploy the packaged functions with per-run topics, drive them, show their effects.
+
+    Each step waits on a condition (instances running and subscribed, a count
+    reached, an answer received), bounded, and fails with
+    :class:`~pulsar_state.errors.FunctionNotReadyError` naming the function and
+    its log (under ``logs_dir`` for the embedded broker).
+    """
     click.secho(
         "==> packaged functions on the shared state (deployed from deploy/functions/*.yaml)",
         bold=True,
@@ -122,20 +140,17 @@ def functions_demo(service_url: str, admin_url: str, suffix: str) -> None:
     client = pulsar.Client(service_url, logger=client_logger())
     state_topic = f"persistent://public/default/wordcount-state-{suffix}"
     records_topic = f"persistent://public/default/function-metadata-{suffix}"
-    deployed = []
+    deployed: list[DeployedFunction] = []
     try:
         wc = _deploy(
-            admin,
-            "wordcount.yaml",
-            suffix,
-            stateTopic=state_topic,
-            adminUrl=admin_url,
+            admin, "wordcount.yaml", suffix, logs_dir, stateTopic=state_topic, adminUrl=admin_url
         )
         deployed.append(wc)
         fmm = _deploy(
             admin,
             "metadata-manager.yaml",
             suffix,
+            logs_dir,
             metadataTopic=records_topic,
             adminUrl=admin_url,
         )
@@ -145,15 +160,13 @@ def functions_demo(service_url: str, admin_url: str, suffix: str) -> None:
             admin,
             "sql-sink.yaml",
             suffix,
+            logs_dir,
             database=str(database),
             metadataTopic=f"persistent://public/default/sql-sink-metadata-{suffix}",
             adminUrl=admin_url,
         )
         deployed.append(sink)
-        _wait_running(admin, wc, 2)
-        _wait_running(admin, fmm, 1)
-        _wait_running(admin, sink, 1)
-        click.echo(f"  running: {'/'.join(wc)} (2 instances), {'/'.join(fmm)}, {'/'.join(sink)}")
+        click.echo(f"  running and subscribed: {wc.name} (2 instances), {fmm.name}, {sink.name}")
 
         producer = client.create_producer(f"persistent://public/default/wordcount-in-{suffix}")
         with click.progressbar(LINES, label="  sending lines to the word count") as bar:
@@ -161,14 +174,15 @@ def functions_demo(service_url: str, admin_url: str, suffix: str) -> None:
                 producer.send(line.encode())
         expected = Counter(w for line in LINES for w in line.split())
         with PulsarMap[str, Any](client, state_topic, admin_url=admin_url) as counts:
-            deadline = time.monotonic() + 120
-            while counts.get("counter/the", latest=True).result() != expected["the"]:
-                if time.monotonic() > deadline:
-                    raise click.ClickException("the word count did not catch up")
-                time.sleep(0.5)
+            wc.wait_for(
+                lambda: counts.get("counter/the", latest=True).result(60) == expected["the"],
+                what=f"the count of 'the' to reach {expected['the']}",
+                timeout_s=120,
+                seen=lambda: f"it is {counts.get('counter/the', latest=True).result(60)}",
+            )
             got = {
                 k.removeprefix("counter/"): v
-                for k, v in counts.items().result().items()
+                for k, v in counts.items().result(60).items()
                 if k.startswith("counter/")
             }
         top = ", ".join(f"{w}={n}" for w, n in sorted(got.items(), key=lambda x: -x[1])[:6])
@@ -177,10 +191,9 @@ def functions_demo(service_url: str, admin_url: str, suffix: str) -> None:
         requests = client.create_producer(
             f"persistent://public/default/function-metadata-requests-{suffix}"
         )
+        answers_topic = f"persistent://public/default/function-metadata-answers-{suffix}"
         answers = client.subscribe(
-            f"persistent://public/default/function-metadata-answers-{suffix}",
-            "demo",
-            initial_position=pulsar.InitialPosition.Earliest,
+            answers_topic, "demo", initial_position=pulsar.InitialPosition.Earliest
         )
         spec = {"className": "etl.Enrich", "inputs": ["persistent://public/default/raw"]}
         for request in (
@@ -195,19 +208,26 @@ def functions_demo(service_url: str, admin_url: str, suffix: str) -> None:
             {"op": "update", "fqn": "acme/prod/enrich", "config": spec, "expectedVersion": 0},
         ):
             requests.send(json.dumps(request).encode())
-            answer = json.loads(answers.receive(timeout_millis=60_000).data())
+            msg = fmm.receive(
+                answers,
+                what=f"the answer to {request['op']} {request['fqn']} on {answers_topic}",
+                timeout_s=60,
+            )
+            answers.acknowledge(msg)
+            answer = json.loads(msg.data())
             verdict = (
                 f"version {answer['version']}" if answer["ok"] else f"refused: {answer['error']}"
             )
             click.echo(f"  metadata {request['op']:6} {request['fqn']}: {verdict}")
 
-        _sink_demo(client, f"persistent://public/default/sql-sink-input-{suffix}", database)
+        _sink_demo(client, sink, f"persistent://public/default/sql-sink-input-{suffix}", database)
 
         assign_topic = f"persistent://public/default/function-assignments-{suffix}"
         scheduler = _deploy(
             admin,
             "scheduler.yaml",
             suffix,
+            logs_dir,
             metadataTopic=records_topic,
             assignmentTopic=assign_topic,
             membersTopic=f"persistent://public/default/function-members-{suffix}",
@@ -215,11 +235,10 @@ def functions_demo(service_url: str, admin_url: str, suffix: str) -> None:
             adminUrl=admin_url,
         )
         deployed.append(scheduler)
-        _wait_running(admin, scheduler, 2)
         heartbeats = f"persistent://public/default/function-heartbeats-{suffix}"
         click.echo(
-            f"  running: {'/'.join(scheduler)} (2 instances); 3 workers heartbeat to it, "
-            "it schedules the metadata manager's records"
+            f"  running and subscribed: {scheduler.name} (2 instances); 3 workers heartbeat "
+            "to it, it schedules the metadata manager's records"
         )
         members = [
             SchedulerMember(
@@ -232,14 +251,18 @@ def functions_demo(service_url: str, admin_url: str, suffix: str) -> None:
             for i in range(3)
         ]
         try:
-            _show_assignments(members, 5)
+            _show_assignments(scheduler, members, 5)
             click.echo("  worker-2 leaves:")
             members.pop().close()
-            _show_assignments(members, 5)
+            _show_assignments(scheduler, members, 5)
         finally:
             for m in members:
                 m.close()
     finally:
-        for fqn in deployed:
-            admin.delete_function(fqn)
+        for function in deployed:
+            try:
+                admin.delete_function(function.fqn)
+            except PulsarAdminError as exc:
+                click.echo(f"  could not delete {function.name}: {exc}", err=True)
+            function.close()
         client.close()

@@ -23,6 +23,7 @@ __all__ = [
     "InvalidMessageError",
     "FencedError",
     "ForkedProcessError",
+    "FunctionNotReadyError",
     "NotFoundError",
     "TopicNotFoundError",
     "ResourceBusyError",
@@ -123,6 +124,19 @@ class OperationTimeoutError(PulsarStateError, TimeoutError):
     """An operation did not complete within its deadline."""
 
     retriable = True
+
+
+class FunctionNotReadyError(OperationTimeoutError):
+    """A deployed Pulsar Function did not run, subscribe or answer in time.
+
+    ``function`` is its ``tenant/namespace/name``; ``log`` says where its
+    instances' log is (a path on this machine, or where on the worker).
+    """
+
+    def __init__(self, message: str, *, function: str, log: str) -> None:
+        self.function = function
+        self.log = log
+        super().__init__(f"{message} (function {function}; its log: {log})")
 
 
 class ValueTooLargeError(PulsarStateError, ValueError):

@@ -1,0 +1,209 @@
+"""Bounded waits on a deployed Pulsar Function: running, subscribed, answering.
+
+``pulsar-admin functions create`` returns once the worker has registered the
+function; its instances start seconds later, and an instance subscribes to its
+inputs only then, at the latest position unless the config says
+``subscriptionPosition: Earliest``. A message sent in between is never seen by
+that function. :meth:`DeployedFunction.wait_ready` waits until the worker
+reports the instances running *and* every input topic shows the function's
+subscription with a consumer on it; after that, what is sent is seen.
+
+Every wait here has a bound and fails with
+:class:`~pulsar_state.errors.FunctionNotReadyError`, which names the function,
+says what was awaited, what was last seen, and where the instances' log is.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pulsar
+
+from pulsar_state.admin import PulsarAdmin, topic_path
+from pulsar_state.errors import FunctionNotReadyError, PulsarStateError
+
+__all__ = ["DeployedFunction", "function_log"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def function_log(fqn: tuple[str, str, str], logs_dir: Path | None = None) -> str:
+    """Where the instances of ``fqn`` write their log.
+
+    The functions worker writes ``<logDirectory>/functions/<tenant>/<namespace>/
+    <name>/<name>-<instance>.log``; for the embedded broker ``logDirectory`` is
+    ``<data dir>/logs``. Without ``logs_dir`` (a remote cluster) the answer is
+    where to look on the worker.
+    """
+    tenant, namespace, name = fqn
+    relative = Path("functions", tenant, namespace, name)
+    if logs_dir is None:
+        return f"<the worker's logDirectory>/{relative}/{name}-<instance>.log"
+    return str(logs_dir / relative)
+
+
+class DeployedFunction:
+    """A function on a cluster, watched through the admin REST API."""
+
+    def __init__(
+        self,
+        *,
+        admin_url: str,
+        fqn: tuple[str, str, str],
+        logs_dir: Path | None = None,
+        subscription: str | None = None,
+    ) -> None:
+        self.fqn = fqn
+        self.name = "/".join(fqn)
+        self.log = function_log(fqn, logs_dir)
+        # the worker's default subscription name is the fully qualified function name
+        self.subscription = subscription or self.name
+        self._admin = PulsarAdmin(admin_url, retry_s=30.0)
+
+    def close(self) -> None:
+        self._admin.close()
+
+    def __enter__(self) -> DeployedFunction:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- what the cluster says ----------------------------------------------------
+
+    def status(self) -> dict[str, Any] | None:
+        """The worker's status of the function (``None`` while it does not know it)."""
+        tenant, namespace, name = self.fqn
+        resp = self._admin.request("GET", f"/admin/v3/functions/{tenant}/{namespace}/{name}/status")
+        if resp.status_code != 200:
+            return None
+        status: dict[str, Any] = resp.json()
+        return status
+
+    def consumers(self, topic: str) -> int | None:
+        """Consumers on the function's subscription of ``topic`` (``None``: no subscription)."""
+        path = topic_path(topic)
+        resp = self._admin.request("GET", f"/admin/v2/{path}/stats")
+        if resp.status_code == 404:  # a partitioned topic has its stats summed up here
+            resp = self._admin.request("GET", f"/admin/v2/{path}/partitioned-stats")
+        if resp.status_code != 200:
+            return None
+        sub = resp.json().get("subscriptions", {}).get(self.subscription)
+        return None if sub is None else len(sub.get("consumers") or [])
+
+    @staticmethod
+    def _errors(status: dict[str, Any] | None) -> list[str]:
+        errors = []
+        for instance in (status or {}).get("instances") or []:
+            error = (instance.get("status") or {}).get("error")
+            if error:
+                errors.append(f"instance {instance.get('instanceId')}: {error.strip()[:300]}")
+        return errors
+
+    # -- bounded waits ------------------------------------------------------------
+
+    def wait_for(
+        self,
+        condition: Callable[[], T | None],
+        *,
+        what: str,
+        timeout_s: float,
+        interval_s: float = 0.5,
+        seen: Callable[[], str] | None = None,
+    ) -> T:
+        """Poll ``condition`` until it returns a truthy value; return it.
+
+        A Pulsar or project error raised by ``condition`` counts as "not yet"
+        (the last one is reported). After ``timeout_s`` it raises
+        :class:`FunctionNotReadyError` saying ``what`` was awaited and, from
+        ``seen``, what was last observed.
+        """
+        deadline = time.monotonic() + timeout_s
+        last_error: BaseException | None = None
+        while True:
+            try:
+                value = condition()
+                if value:
+                    return value
+            except (pulsar.PulsarException, PulsarStateError, OSError, ValueError) as exc:
+                last_error = exc
+            if time.monotonic() >= deadline:
+                detail = seen() if seen is not None else ""
+                if last_error is not None:
+                    detail = f"{detail}; last error: {last_error}".lstrip("; ")
+                raise FunctionNotReadyError(
+                    f"{what}: not within {timeout_s:.0f}s" + (f" ({detail})" if detail else ""),
+                    function=self.name,
+                    log=self.log,
+                ) from last_error
+            time.sleep(interval_s)
+
+    def wait_ready(self, *, inputs: list[str], instances: int, timeout_s: float = 180.0) -> None:
+        """Wait until ``instances`` run and each input has the function's subscription.
+
+        A consumer on the subscription means an instance is connected: from
+        then on a message sent to the input reaches the function.
+        """
+        last: dict[str, Any] = {}
+
+        def ready() -> bool:
+            last["status"] = status = self.status()
+            running = 0 if status is None else int(status.get("numRunning", 0))
+            if running < instances:
+                return False
+            last["consumers"] = {topic: self.consumers(topic) for topic in inputs}
+            return all(last["consumers"].values())
+
+        def seen() -> str:
+            status = last.get("status")
+            parts = [
+                "the worker does not list it"
+                if status is None
+                else f"{status.get('numRunning', 0)}/{instances} instances running"
+            ]
+            for topic, consumers in last.get("consumers", {}).items():
+                parts.append(
+                    f"no subscription {self.subscription} on {topic}"
+                    if consumers is None
+                    else f"{consumers} consumers on {topic}"
+                )
+            return "; ".join(parts + self._errors(status))
+
+        self.wait_for(
+            ready,
+            what=f"waiting for {instances} running instances subscribed to {', '.join(inputs)}",
+            timeout_s=timeout_s,
+            seen=seen,
+        )
+        log.info("%s: %d instances running and subscribed", self.name, instances)
+
+    def receive(self, consumer: pulsar.Consumer, *, what: str, timeout_s: float) -> pulsar.Message:
+        """The next message on ``consumer`` (the function's output), within ``timeout_s``."""
+
+        def one() -> pulsar.Message | None:
+            try:
+                return consumer.receive(timeout_millis=1000)
+            except pulsar.Timeout:
+                return None
+
+        def seen() -> str:
+            try:
+                status = self.status()
+            except PulsarStateError as exc:
+                return f"status unknown: {exc}"
+            if status is None:
+                return "the worker does not list it"
+            processed = sum(
+                int((i.get("status") or {}).get("numSuccessfullyProcessed", 0))
+                for i in status.get("instances") or []
+            )
+            running = f"{status.get('numRunning', 0)} instances running, {processed} processed"
+            return "; ".join([running, *self._errors(status)])
+
+        return self.wait_for(one, what=what, timeout_s=timeout_s, interval_s=0, seen=seen)
