@@ -21,7 +21,7 @@ import pytest
 from harness import PulsarEndpoint, unique_topic
 from state_workers import increment_worker, try_inherited
 
-from pulsar_state import ForkedProcessError, PulsarMap, StateClosedError
+from pulsar_state import ForkedProcessError, MetadataStore, PulsarMap, StateClosedError
 
 ClientFactory = Callable[[], pulsar.Client]
 
@@ -165,3 +165,30 @@ def test_a_client_used_before_fork_is_refused_in_the_child(
         assert m.get("k", latest=True).result(30) == 1
     finally:
         m.close()
+
+
+def test_a_metadata_store_made_before_fork_fails_at_once_in_the_child(
+    pulsar_endpoint: PulsarEndpoint, make_client: ClientFactory
+) -> None:
+    store = MetadataStore(
+        make_client(), unique_topic("meta-inherited"), admin_url=pulsar_endpoint.admin_url
+    )
+    try:
+        store.put("/a", b"1").result(30)
+        outcomes = _run_in_forked_child(
+            {
+                "get": lambda: store.get("/a"),
+                "put": lambda: store.put("/b", b"2"),
+                "ephemeral put": lambda: store.put("/e", b"3", ephemeral=True),
+                "close": store.close,  # must not touch the parent's session
+            }
+        )
+        for call, (kind, message, seconds) in outcomes.items():
+            assert kind == "ForkedProcessError", f"{call}: {kind}: {message}"
+            assert seconds < 1.0, f"{call} took {seconds:.1f}s to fail"
+        # the parent's store, and its session, still work
+        store.put("/e", b"4", ephemeral=True).result(30)
+        got = store.get("/a", latest=True).result(30)
+        assert got is not None and got.value == b"1"
+    finally:
+        store.close()
