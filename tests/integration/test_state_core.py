@@ -524,8 +524,11 @@ def test_metrics_count_writes_applies_fences_and_bootstrap(
     def value(name: str) -> float:
         return REGISTRY.get_sample_value(name, {"topic": topic}) or 0.0
 
-    first = PulsarMap[str, int](make_client(), topic, admin_url=admin_url)
-    second = PulsarMap[str, int](make_client(), topic, admin_url=admin_url)
+    # fencing mode, so that taking the topic from each other counts as fences
+    # (the default, adaptive, queues and lets go instead)
+    fencing = StateConfig(access_mode="fencing")
+    first = PulsarMap[str, int](make_client(), topic, admin_url=admin_url, config=fencing)
+    second = PulsarMap[str, int](make_client(), topic, admin_url=admin_url, config=fencing)
     try:
         assert value("pulsar_state_bootstrap_seconds") > 0
         for i in range(3):
