@@ -64,7 +64,10 @@ def run(args: dict[str, Any]) -> None:
         operation_timeout_seconds=15,
         logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
     )
-    config = StateConfig(retry=RetryPolicy(max_attempts=None, deadline_s=OP_TIMEOUT_S - 10))
+    config = StateConfig(
+        access_mode=args.get("access_mode", "adaptive"),
+        retry=RetryPolicy(max_attempts=None, deadline_s=OP_TIMEOUT_S - 10),
+    )
     with PulsarMap[str, int](
         client, args["topic"], admin_url=args["admin_url"], config=config
     ) as m:

@@ -111,7 +111,10 @@ def _seed_register(
         m.put_all(dict.fromkeys(keys, 0)).result(60)
 
 
-@pytest.mark.parametrize("start_method", START_METHODS)
+@pytest.mark.parametrize(
+    ("start_method", "access_mode"),
+    [(method, "adaptive") for method in START_METHODS] + [("exec", "fencing")],
+)
 def test_contended_cas_and_increments_under_kill_9_are_linearizable(
     *,
     pulsar_endpoint: PulsarEndpoint,
@@ -120,10 +123,12 @@ def test_contended_cas_and_increments_under_kill_9_are_linearizable(
     fault_scale: FaultScale,
     fault_report: FaultReport,
     start_method: str,
+    access_mode: str,
 ) -> None:
     """Workers started every way: a new interpreter, or forked after the parent
-    imported pulsar_state and used a client (fork), forkserver and spawn."""
-    topic = unique_topic(f"lin-{start_method}")
+    imported pulsar_state and used a client (fork), forkserver and spawn; in the
+    default access mode (queueing writers), and with writers fencing each other."""
+    topic = unique_topic(f"lin-{start_method}-{access_mode}")
     _seed_register(client, topic, pulsar_endpoint.admin_url, KEYS)
     workload = Workload(
         service_url=pulsar_endpoint.service_url,
@@ -136,6 +141,7 @@ def test_contended_cas_and_increments_under_kill_9_are_linearizable(
         seconds=fault_scale.seconds,
         seed=1,
         start_method=start_method,
+        access_mode=access_mode,
     )
     rng = random.Random(1)
 
@@ -153,7 +159,7 @@ def test_contended_cas_and_increments_under_kill_9_are_linearizable(
         pulsar_endpoint.admin_url,
         workload,
         fault_report,
-        f"kill -9 + fencing (3 keys, {start_method})",
+        f"kill -9, {access_mode} writers (3 keys, {start_method})",
     )
     # kill -9 leaves the killed process's last operation unknown; any other
     # unknown outcome is an operation that timed out (forked workers that

@@ -100,6 +100,8 @@ class Workload:
     faults: list[Fault] = field(default_factory=list)
     #: one of START_METHODS
     start_method: str = "exec"
+    #: the workers' StateConfig.access_mode
+    access_mode: str = "adaptive"
     _procs: dict[int, subprocess.Popen[bytes] | _StartedProcess] = field(default_factory=dict)
     _next_process: int = 0
     _started: float = 0.0
@@ -125,6 +127,7 @@ class Workload:
             "seconds": remaining,
             "seed": self.seed * 1000 + process,
             "pause_s": self.pause_s,
+            "access_mode": self.access_mode,
         }
         if self.start_method != "exec":
             ctx = multiprocessing.get_context(self.start_method)
