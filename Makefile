@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SOURCES := setup.py pyproject.toml $(shell find state functions connectors deploy -name '*.py' -o -name '*.yaml' -o -name py.typed 2>/dev/null)
 
-.PHONY: bench test-faults bench-core bench-spark deploy undeploy package run test test-unit test-integration lint format broker-start broker-stop clean
+.PHONY: check-min-deps bench test-faults bench-core bench-spark deploy undeploy package run test test-unit test-integration lint format broker-start broker-stop clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,12 @@ test-unit: $(STAMP)
 
 test-integration: $(STAMP)
 	$(PY) -m pytest tests/integration
+
+# the Spark extra at setup.py's floors (pyspark, pyarrow pinned) in a throwaway venv
+# under .cache/min-deps: install, import, register, and read a map of the broker at
+# PULSAR_SERVICE_URL/PULSAR_ADMIN_URL (without them: import and register only)
+check-min-deps: $(STAMP)
+	$(PY) tests/min_deps.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

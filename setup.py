@@ -26,6 +26,10 @@ PACKAGE_DIRS = {
 
 PULSAR_CLIENT = "pulsar-client>=3.5,<4"
 PSYCOPG = "psycopg[binary]>=3.1,<4"
+# the Spark source needs pyspark.sql.streaming.datasource (SupportsTriggerAvailableNow),
+# first shipped in PySpark 4.2.0; 4.2 itself needs pyarrow >= 18. The floors are
+# checked by `make check-min-deps` (tests/min_deps.py reads this list).
+SPARK = ["pyspark>=4.2,<5", "pyarrow>=18"]
 
 setup(
     name="pulsar-shared-state",
@@ -58,7 +62,7 @@ setup(
     extras_require={
         # What the functions worker's Python runner needs (grpc, protobuf, ...)
         "functions": [PULSAR_CLIENT.replace("pulsar-client", "pulsar-client[functions]")],
-        "spark": ["pyspark>=4.1,<5", "pyarrow>=15"],
+        "spark": SPARK,
         # `make bench`: the peers' usual Python clients and the plots
         "bench": ["aetcd>=1.0", "kazoo>=2.10", "matplotlib>=3.8"],
         # the SQL sink on PostgreSQL (selected by a postgresql:// URL)
@@ -78,8 +82,7 @@ setup(
             "types-requests",
             "types-PyYAML",
             "types-tqdm",
-            "pyspark>=4.1,<5",
-            "pyarrow>=15",
+            *SPARK,
             PSYCOPG,
         ],
     },

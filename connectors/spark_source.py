@@ -1,4 +1,4 @@
-"""``pulsar_state``: a PySpark (4.x) Python Data Source over the shared state.
+"""``pulsar_state``: a PySpark (>= 4.2) Python Data Source over the shared state.
 
     spark.dataSource.register(PulsarStateDataSource)
     df = (spark.read.format("pulsar_state")

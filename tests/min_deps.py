@@ -1,0 +1,176 @@
+"""Check the Spark extra's lower bounds: ``make check-min-deps``.
+
+setup.py promises ``pulsar-shared-state[spark]`` works from the floors of its
+``SPARK`` requirements (``pyspark>=X``, ``pyarrow>=Y``). This script makes a
+throwaway venv under ``.cache/min-deps/`` (git-ignored), installs the package
+(not editable) with exactly those floors pinned, and runs itself inside it
+(``--inside``): the Spark source must import, register in a local Spark
+session and, when broker URLs are given, read a map it writes, as a snapshot
+and as an ``availableNow`` stream of changes.
+
+    python tests/min_deps.py [--service-url pulsar://... --admin-url http://...]
+    python tests/min_deps.py --pin pyspark==4.1.0   # try another version
+
+Exit code 0 when everything holds; the failing step otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import subprocess
+import sys
+import uuid
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+VENV = REPO_ROOT / ".cache" / "min-deps" / "venv"
+# one step may download and build pyspark (~450 MB) when pip's cache lacks it
+STEP_TIMEOUT_S = 1800
+
+
+def spark_floors() -> list[str]:
+    """``name==floor`` for each requirement of setup.py's ``SPARK`` list."""
+    tree = ast.parse((REPO_ROOT / "setup.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "SPARK" for t in node.targets
+        ):
+            requirements = [Requirement(r) for r in ast.literal_eval(node.value)]
+            break
+    else:
+        raise SystemExit("setup.py has no SPARK = [...] list")
+    pins = []
+    for req in requirements:
+        floors = [s.version for s in req.specifier if s.operator == ">="]
+        if len(floors) != 1:
+            raise SystemExit(f"{req}: expected exactly one '>=' lower bound")
+        pins.append(f"{req.name}=={floors[0]}")
+    return pins
+
+
+def _run(step: str, cmd: list[str], env: dict[str, str] | None = None) -> None:
+    print(f"== {step}: {' '.join(cmd)}", flush=True)
+    try:
+        done = subprocess.run(cmd, env=env, timeout=STEP_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"{step}: no result within {STEP_TIMEOUT_S} s") from None
+    if done.returncode != 0:
+        raise SystemExit(f"{step} failed (exit {done.returncode})")
+
+
+def outside(args: argparse.Namespace) -> None:
+    pins = args.pin or spark_floors()
+    print(f"checking pulsar-shared-state[spark] with {' '.join(pins)}", flush=True)
+    _run("venv", [sys.executable, "-m", "venv", "--clear", str(VENV)])
+    py = str(VENV / "bin" / "python")
+    _run("pip", [py, "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
+    _run("install", [py, "-m", "pip", "install", "--quiet", f"{REPO_ROOT}[spark]", *pins])
+    inside = [py, str(Path(__file__).resolve()), "--inside", *[f"--expect={p}" for p in pins]]
+    if args.service_url and args.admin_url:
+        inside += ["--service-url", args.service_url, "--admin-url", args.admin_url]
+    # sys.path gets tests/, not the repository root: pulsar_state is the installed one
+    _run("check", inside, env={**os.environ, "PYSPARK_PYTHON": py})
+    print("min-deps check passed", flush=True)
+
+
+def inside(args: argparse.Namespace) -> None:
+    for pin in args.expect:
+        name, wanted = pin.split("==")
+        got = version(name)
+        if Version(got) != Version(wanted):
+            raise SystemExit(f"{name} is {got}, not the pinned {wanted}")
+        print(f"{name} {got}", flush=True)
+
+    # imported here: only the throwaway venv has the pinned versions
+    from pyspark.sql import SparkSession  # noqa: PLC0415
+
+    import pulsar_state  # noqa: PLC0415
+    from pulsar_state.connectors.spark_source import PulsarStateDataSource  # noqa: PLC0415
+
+    if VENV not in Path(pulsar_state.__file__).resolve().parents:
+        raise SystemExit(f"pulsar_state came from {pulsar_state.__file__}, not the venv")
+
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .appName("pulsar-state-min-deps")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .getOrCreate()
+    )
+    try:
+        spark.sparkContext.setLogLevel("ERROR")
+        spark.dataSource.register(PulsarStateDataSource)
+        print("registered the pulsar_state data source", flush=True)
+        if args.service_url and args.admin_url:
+            _read_a_map(spark, args.service_url, args.admin_url)
+        else:
+            print("no broker URLs given: reading skipped", flush=True)
+    finally:
+        spark.stop()
+
+
+def _read_a_map(spark: Any, service_url: str, admin_url: str) -> None:
+    import pulsar  # noqa: PLC0415
+
+    from pulsar_state import PulsarMap  # noqa: PLC0415
+
+    topic = f"persistent://public/default/min-deps-{uuid.uuid4().hex[:12]}"
+    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        with PulsarMap[str, object](client, topic, admin_url=admin_url) as m:
+            m.put_all({"a": 1, "b": {"x": [1, 2]}}).result(60)
+            m.delete("a").result(60)
+            m.put("c", "text").result(60)
+            expected = m.items(latest=True).result(60)
+    finally:
+        client.close()
+    options = {"serviceUrl": service_url, "adminUrl": admin_url, "topic": topic}
+    rows = spark.read.format("pulsar_state").options(**options).load().collect()
+    got = {row.key: json.loads(row.value) for row in rows}
+    if got != expected:
+        raise SystemExit(f"snapshot read {got}, the map holds {expected}")
+    print(f"snapshot read: {got}", flush=True)
+
+    stream = spark.readStream.format("pulsar_state").options(**options, mode="changelog").load()
+    name = f"changes_{uuid.uuid4().hex[:8]}"
+    query = stream.writeStream.format("memory").queryName(name).trigger(availableNow=True).start()
+    if not query.awaitTermination(180):
+        query.stop()
+        raise SystemExit("the availableNow stream did not finish within 180 s")
+    changes = [
+        (r.key, r.change_type)
+        for r in spark.sql(
+            f"SELECT * FROM {name} ORDER BY ledger_id, entry_id, batch_index"
+        ).collect()
+    ]
+    wanted = [("a", "put"), ("b", "put"), ("a", "delete"), ("c", "put")]
+    if changes != wanted:
+        raise SystemExit(f"stream of changes {changes}, expected {wanted}")
+    print(f"availableNow stream: {changes}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--expect", action="append", default=[], help=argparse.SUPPRESS)
+    parser.add_argument("--pin", action="append", help="name==version instead of the floors")
+    parser.add_argument("--service-url", default=os.environ.get("PULSAR_SERVICE_URL"))
+    parser.add_argument("--admin-url", default=os.environ.get("PULSAR_ADMIN_URL"))
+    args = parser.parse_args()
+    if args.inside:
+        inside(args)
+    else:
+        outside(args)
+
+
+if __name__ == "__main__":
+    main()
