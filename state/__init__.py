@@ -28,6 +28,7 @@ from pulsar_state.errors import (
     ResourceBusyError,
     StateClosedError,
     StateTopicError,
+    TopicNotFoundError,
     ValueTooLargeError,
     WriteFailedError,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "StateClosedError",
     "ForkedProcessError",
     "StateTopicError",
+    "TopicNotFoundError",
     "AdminUnreachableError",
     "FencedError",
     "WriteFailedError",

@@ -9,9 +9,8 @@ import pulsar
 import pytest
 from harness import PulsarEndpoint, unique_topic, wait_until
 
-from pulsar_state import PulsarMap, StateTopicError
+from pulsar_state import PulsarMap, StateTopicError, TopicNotFoundError
 from pulsar_state.admin import PulsarAdmin, topic_path
-from pulsar_state.errors import TopicNotFoundError
 from pulsar_state.pulsar_map import MapOp, _apply, _MapCodec
 from pulsar_state.serde import JsonSerde, StrKeySerde
 from pulsar_state.topic_view import TopicView
