@@ -12,6 +12,9 @@ Errors: a URL psycopg cannot parse is a :class:`ConfigurationError`; a server
 that cannot be reached (or refuses the login) raises :class:`SinkDatabaseError`
 with ``retriable=True`` at ``open``; a connection lost mid-write raises the
 same, after the transaction was rolled back (nothing of the record applied).
+The next transaction connects again (a server restarted, or a database that
+refused connections for a while, is used again without reopening the sink);
+while it cannot, it raises the same retriable error.
 """
 
 from __future__ import annotations
@@ -64,9 +67,15 @@ class PostgresBackend(SqlBackend):
             raise ConfigurationError(
                 f"sink 'database' {self.url!r} is not a valid PostgreSQL URL: {exc}"
             ) from None
+        self._dsn = url
+        self._connect_timeout_s = connect_timeout_s
+        self._closed = False
+        self._db: psycopg.Connection[Any] | None = self._connect()
+
+    def _connect(self) -> psycopg.Connection[Any]:
         try:
-            self._db: psycopg.Connection[Any] | None = psycopg.connect(
-                url, autocommit=True, connect_timeout=connect_timeout_s
+            return psycopg.connect(
+                self._dsn, autocommit=True, connect_timeout=self._connect_timeout_s
             )
         except psycopg.OperationalError as exc:
             raise SinkDatabaseError(
@@ -74,8 +83,13 @@ class PostgresBackend(SqlBackend):
             ) from exc
 
     def _conn(self) -> psycopg.Connection[Any]:
-        if self._db is None or self._db.closed:
+        if self._closed:
             raise SinkDatabaseError(f"PostgreSQL connection to {self.url} is closed")
+        if self._db is None or self._db.closed or self._db.broken:
+            if self._db is not None:
+                self._db.close()
+            self._db = None
+            self._db = self._connect()  # lost (server restarted, terminated): connect again
         return self._db
 
     @contextmanager
@@ -108,6 +122,7 @@ class PostgresBackend(SqlBackend):
                 cur.execute(statement)
 
     def close(self) -> None:
+        self._closed = True
         if self._db is not None:
             self._db.close()
             self._db = None

@@ -13,6 +13,20 @@ a record at or before the stored position is skipped. Redelivery after a crash
 therefore changes nothing; this needs records of a topic partition in order
 (one active consumer: a failover subscription, ``retainOrdering: true``, or
 the exclusive consumers of a runner group, :mod:`.sink_group`).
+:class:`SinkFunction` refuses to run without in-order delivery, as the
+stateful kit does.
+
+A failed write is never skipped: inside the functions runtime (which nacks the
+record and goes on with the next one) the later records of that partition are
+held back until the failed one is redelivered and written
+(:mod:`pulsar_state.functions.in_order`); the runner retries it in place. A
+database outage therefore delays records, never drops one. A PostgreSQL
+connection lost in an outage is opened again on the next write.
+
+A record that can never be written (no key, a key or value that is not UTF-8)
+is a *poison* record: it goes to ``deadLetterTopic`` when configured, else it
+is logged and skipped, counted either way (:mod:`.dead_letter`); the partition
+keeps flowing.
 
 Metadata in the core: on ``open`` the sink records its configuration (the
 database password redacted) and table schema, versioned, in a ``PulsarMap``
@@ -34,15 +48,23 @@ from __future__ import annotations
 import re
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pulsar import Function
 
+from pulsar_state.connectors.dead_letter import DeadLetters, read_key
 from pulsar_state.connectors.postgres_backend import PostgresBackend
 from pulsar_state.connectors.sql_backend import SqlBackend, plain_identifier, redact_database
 from pulsar_state.connectors.sqlite_backend import SqliteBackend
-from pulsar_state.errors import ConfigurationError, PulsarStateError
+from pulsar_state.errors import (
+    ConfigurationError,
+    MessageHeldBackError,
+    PoisonRecordError,
+    PulsarStateError,
+)
+from pulsar_state.functions.in_order import InOrderGate, redeliver_function, require_in_order
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import PulsarMap
 
@@ -77,12 +99,18 @@ def open_backend(database: Any) -> SqlBackend:
 
 @dataclass(frozen=True)
 class SinkRecord:
-    """What ``write`` gets: Pulsar IO's Record reduced to what the sink uses."""
+    """What ``write`` gets: Pulsar IO's Record reduced to what the sink uses.
+
+    ``key`` is ``None`` for a record without one, and the raw bytes of a key
+    that is not UTF-8 (:func:`~.dead_letter.read_key`); ``properties`` are kept
+    for the dead-letter topic.
+    """
 
     topic: str
-    key: str | None
+    key: str | bytes | None
     value: bytes
     position: Position
+    properties: Mapping[str, str] = field(default_factory=dict)
 
 
 class SqlUpsertSink:
@@ -99,6 +127,8 @@ class SqlUpsertSink:
         self.table = "kv"
         self.written = 0
         self.skipped = 0
+        #: records it could never write (dead-lettered or skipped, see :mod:`.dead_letter`)
+        self.poisoned = 0
 
     @property
     def backend(self) -> SqlBackend:
@@ -121,11 +151,28 @@ class SqlUpsertSink:
         self.table = table
         self._backend = backend
 
-    def write(self, record: SinkRecord) -> bool:
-        """Apply one record; ``False`` when it was already applied (a redelivery)."""
-        backend = self.backend
+    @staticmethod
+    def validate(record: SinkRecord) -> None:
+        """PoisonRecordError for a record that can never become a row."""
+        where = f"record at {record.position} on {record.topic}"
         if record.key is None:
-            raise ValueError(f"record at {record.position} on {record.topic} has no key")
+            raise PoisonRecordError(f"{where} has no key")
+        if isinstance(record.key, bytes):
+            raise PoisonRecordError(f"{where}: its key is not UTF-8 text")
+        try:
+            record.value.decode()
+        except UnicodeDecodeError as exc:
+            raise PoisonRecordError(f"{where}: its value is not UTF-8 text ({exc})") from None
+
+    def write(self, record: SinkRecord) -> bool:
+        """Apply one record; ``False`` when it was already applied (a redelivery).
+
+        Raises PoisonRecordError, before touching the database, for a record
+        that can never be written; SinkDatabaseError when the database fails.
+        """
+        backend = self.backend
+        self.validate(record)
+        assert isinstance(record.key, str)
         with self._lock:
             applied = backend.apply(
                 self.table, record.topic, record.key, record.value, record.position
@@ -203,18 +250,22 @@ class SinkFunction(Function):  # type: ignore[misc]
 
     User config: ``database`` (SQLite path or ``postgresql://`` URL), ``table``
     (default ``kv``), optional ``metadataTopic`` and ``adminUrl`` for the config
-    record and the partition owners in the core.
+    record and the partition owners in the core, optional ``deadLetterTopic``
+    for poison records. Needs in-order delivery (``retainOrdering: true``).
     """
 
     def __init__(self) -> None:
         self._sink: SqlUpsertSink | None = None
         self._records: PulsarMap[str, Any] | None = None
+        self._dead_letters: DeadLetters | None = None
+        self._gate = InOrderGate()
         self._lock = threading.Lock()
         self.config_version: int | None = None
 
     def _open(self, context: Any) -> SqlUpsertSink:
         with self._lock:
             if self._sink is None:
+                require_in_order(context, "SinkFunction")
                 config = dict(context.get_user_config_map())
                 sink = SqlUpsertSink()
                 sink.open(config, context)
@@ -238,6 +289,9 @@ class SinkFunction(Function):  # type: ignore[misc]
                         records.close()
                     sink.close()
                     raise
+                self._dead_letters = DeadLetters(
+                    context.get_pulsar_client(), config.get("deadLetterTopic")
+                )
                 self._records, self._sink = records, sink
             return self._sink
 
@@ -262,21 +316,61 @@ class SinkFunction(Function):  # type: ignore[misc]
             context.get_logger().warning("could not record the owner of %s: %s", topic, exc)
 
     def process(self, input: Any, context: Any) -> None:
-        sink = self._open(context)
         topic = context.get_current_message_topic_name()
-        value = input if isinstance(input, bytes) else str(input).encode()
+        position = Position.from_message_id(context.get_message_id())
+        try:
+            self._process(input, context, topic, position)
+        except MessageHeldBackError:
+            raise
+        except Exception:  # whatever failed, nothing later of this partition goes first
+            self._gate.failed(topic, position, redeliver_function(context, topic))
+            raise
+
+    def _process(self, input: Any, context: Any, topic: str, position: Position) -> None:
+        sink = self._open(context)
+        self._gate.check(topic, position, lambda: sink.applied_position(topic))
         record = SinkRecord(
             topic=topic,
-            key=context.get_partition_key(),
-            value=value,
-            position=Position.from_message_id(context.get_message_id()),
+            key=read_key(context.get_partition_key),
+            value=_raw_value(input, context),
+            position=position,
+            properties=dict(context.get_message_properties() or {}),
         )
-        if not sink.write(record):
-            context.get_logger().info("skipped redelivered record %s", record.position)
+        try:
+            if not sink.write(record):
+                context.get_logger().info("skipped redelivered record %s", record.position)
+        except PoisonRecordError as exc:
+            assert self._dead_letters is not None
+            self._dead_letters.handle(record, str(exc))
+            sink.poisoned += 1
+            context.record_metric("pss_sink_poison_records", 1)
+        self._gate.done(topic, position)
         self._note_owner(topic, context)
 
     def close(self) -> None:
+        self._gate.close()
+        if self._dead_letters is not None:
+            self._dead_letters.close()
         if self._sink is not None:
             self._sink.close()
         if self._records is not None:
             self._records.close()
+
+
+def _raw_value(input: Any, context: Any) -> bytes:
+    """The record's payload as sent.
+
+    The Python runtime's default SerDe turns a payload that parses as a number
+    into an int or float (``"007"`` becomes ``7``), so the bytes are read from
+    the current message (the runtime's context keeps it as ``message``) when
+    it is there.
+    """
+    message = getattr(context, "message", None)
+    data = getattr(message, "data", None)
+    if callable(data):
+        raw = data()
+        if isinstance(raw, bytes):
+            return raw
+    if isinstance(input, bytes | bytearray):
+        return bytes(input)
+    return str(input).encode()

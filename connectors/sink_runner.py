@@ -10,6 +10,7 @@ Config (YAML or JSON)::
     name: orders-sink                               # the group and the metadata record
     adminUrl: http://127.0.0.1:8080                 # needed by the group and metadataTopic
     metadataTopic: persistent://public/default/sink-metadata   # optional
+    deadLetterTopic: persistent://public/default/orders-dlq    # optional, for poison records
     # optional: a group of runners sharing the partitions (see .sink_group)
     assignmentTopic: persistent://public/default/orders-sink-assignments
     memberId: host-a                                # default <hostname>-<pid>
@@ -21,8 +22,14 @@ With it, runners of the same ``name`` form a group whose leader assigns the
 input's partitions to them (:mod:`.sink_group`); each consumes only its own.
 
 Each record is written (effectively once, see :mod:`.sink`) before it is
-acknowledged. SIGINT and SIGTERM stop the runner cleanly (in a group, its
-partitions move at once).
+acknowledged. A write the database refuses for a while (unreachable, connection
+lost, locked: a *retriable* error) is tried again in place, with a backoff from
+0.5 s doubling to 30 s, until it succeeds or the runner is stopped; no later
+record goes first. Any other database error stops the runner (nothing acked
+past the record; a restart resumes there). A record that can never be written
+(no key, not UTF-8) goes to ``deadLetterTopic`` or is logged and skipped,
+counted either way (:mod:`.dead_letter`). SIGINT and SIGTERM stop the runner
+cleanly (in a group, its partitions move at once).
 """
 
 from __future__ import annotations
@@ -38,11 +45,14 @@ from typing import Any, Protocol
 import click
 import pulsar
 import yaml
+from tenacity import Retrying, retry_if_exception, wait_exponential
 
 from pulsar_state.cli_options import client_logger
+from pulsar_state.connectors.dead_letter import DeadLetters, read_key
 from pulsar_state.connectors.sink import SinkRecord, SqlUpsertSink, record_metadata
 from pulsar_state.connectors.sink_group import LOCAL_KEYS, GroupSettings, SinkGroup
-from pulsar_state.errors import ConfigurationError, PulsarStateError
+from pulsar_state.connectors.sql_backend import SinkDatabaseError
+from pulsar_state.errors import ConfigurationError, PoisonRecordError, PulsarStateError
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import PulsarMap
 
@@ -78,6 +88,32 @@ class _FailoverSource:
         self._consumer.close()
 
 
+def _write(sink: SqlUpsertSink, record: SinkRecord, stop: threading.Event) -> bool:
+    """``sink.write``, retried in place while the database fails in a retriable way."""
+
+    def retriable(exc: BaseException) -> bool:
+        return isinstance(exc, SinkDatabaseError) and exc.retriable and not stop.is_set()
+
+    def pause(seconds: float) -> None:
+        stop.wait(seconds)  # a stop cuts the backoff short
+
+    for attempt in Retrying(
+        retry=retry_if_exception(retriable),
+        wait=wait_exponential(multiplier=0.5, max=30),
+        sleep=pause,
+        before_sleep=lambda state: log.warning(
+            "record at %s not written (attempt %d), retrying: %s",
+            record.position,
+            state.attempt_number,
+            state.outcome.exception() if state.outcome else None,
+        ),
+        reraise=True,
+    ):
+        with attempt:
+            return sink.write(record)
+    raise AssertionError("unreachable: tenacity returns or raises")
+
+
 def run_sink(
     config: dict[str, Any],
     *,
@@ -93,6 +129,7 @@ def run_sink(
     # the native logger: a Python one can abort the process at exit (see cli_options)
     client = pulsar.Client(config["serviceUrl"], logger=client_logger())
     sink = SqlUpsertSink()
+    dead_letters = DeadLetters(client, config.get("deadLetterTopic"))
     try:
         sink.open(config)
         if config.get("metadataTopic"):
@@ -126,20 +163,22 @@ def run_sink(
                 idle_since = time.monotonic()
                 record = SinkRecord(
                     topic=msg.topic_name(),
-                    key=msg.partition_key() or None,
+                    key=read_key(msg.partition_key),
                     value=msg.data(),
                     position=Position.from_message_id(msg.message_id()),
+                    properties=dict(msg.properties() or {}),
                 )
                 try:
-                    sink.write(record)
-                except ValueError as exc:  # a record the sink cannot take: skip, count, log
-                    log.warning("skipped a record: %s", exc)
-                    sink.skipped += 1
+                    _write(sink, record, stop)
+                except PoisonRecordError as exc:  # never writable: dead letter or skip
+                    dead_letters.handle(record, str(exc))
+                    sink.poisoned += 1
                 consumer.acknowledge(msg)
             return sink
         finally:
             source.close()
     finally:
+        dead_letters.close()
         sink.close()
         client.close()
 
@@ -183,4 +222,4 @@ def run(config_path: Path, max_idle_s: float | None) -> None:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    click.echo(f"written {done.written}, skipped {done.skipped}")
+    click.echo(f"written {done.written}, skipped {done.skipped}, poisoned {done.poisoned}")

@@ -21,6 +21,15 @@ one active instance per input partition, in order; Pulsar's own
 ``EFFECTIVELY_ONCE`` is not available to Python functions); the kit refuses to
 start otherwise.
 
+A message whose ``handle`` (or state write) raised is never skipped: Pulsar's
+Python runtime nacks it and goes on with the next one, so the kit holds every
+later message of that partition back (raises
+:class:`~pulsar_state.errors.MessageHeldBackError`, the runtime nacks it too)
+until the failed one is redelivered and succeeds, and asks for that redelivery
+with a backoff (:mod:`.in_order`). A message that always fails therefore stops
+its partition (visible as user exceptions in ``functions status``) rather than
+being lost.
+
 The state lives in a ``PulsarMap`` on ``stateTopic`` (user config; default
 ``persistent://<tenant>/<namespace>/<name>-pss-state``), opened with the
 instance's own Pulsar client; ``adminUrl`` (user config) protects the topic.
@@ -38,13 +47,12 @@ from typing import Any
 from pulsar import Function
 
 from pulsar_state.config import StateConfig
-from pulsar_state.errors import ConfigurationError
+from pulsar_state.errors import MessageHeldBackError
+from pulsar_state.functions.in_order import InOrderGate, redeliver_function, require_in_order
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import MapOp, PulsarMap
 
 __all__ = ["FunctionState", "StatefulFunction"]
-
-_FAILOVER = 1  # proto.SubscriptionType.FAILOVER
 
 
 def _encode(value: bytes | str) -> dict[str, str]:
@@ -107,6 +115,7 @@ class StatefulFunction(Function):  # type: ignore[misc]
     def __init__(self) -> None:
         self._map: PulsarMap[str, Any] | None = None
         self._lock = threading.Lock()
+        self._gate = InOrderGate()
         self.duplicates = 0
 
     def handle(self, input: Any, state: FunctionState, context: Any) -> Any:
@@ -115,15 +124,7 @@ class StatefulFunction(Function):  # type: ignore[misc]
     def _state_map(self, context: Any) -> PulsarMap[str, Any]:
         with self._lock:
             if self._map is None:
-                details = context.instance_config.function_details
-                in_order = bool(details.retainOrdering) or (
-                    int(details.source.subscriptionType) == _FAILOVER
-                )
-                if not in_order:
-                    raise ConfigurationError(
-                        "a StatefulFunction needs in-order delivery: deploy it with "
-                        "retainOrdering: true (--retain-ordering; a failover subscription)"
-                    )
+                require_in_order(context, "StatefulFunction")
                 topic = context.get_user_config_value("stateTopic") or (
                     f"persistent://{context.get_function_tenant()}/"
                     f"{context.get_function_namespace()}/{context.get_function_name()}-pss-state"
@@ -136,14 +137,40 @@ class StatefulFunction(Function):  # type: ignore[misc]
             return self._map
 
     def process(self, input: Any, context: Any) -> Any:
-        state_map = self._state_map(context)
-        marker = f"processed/{context.get_current_message_topic_name()}"
+        topic = context.get_current_message_topic_name()
         position = Position.from_message_id(context.get_message_id())
-        done = state_map.get(marker, latest=True).result(timeout=60)  # catches up once
-        if done is not None and not position > Position.parse(done):
+        try:
+            return self._process(input, context, topic, position)
+        except MessageHeldBackError:
+            raise
+        except Exception:  # whatever failed, nothing later of this partition goes first
+            self._gate.failed(topic, position, redeliver_function(context, topic))
+            raise
+
+    def _process(self, input: Any, context: Any, topic: str, position: Position) -> Any:
+        state_map = self._state_map(context)
+        marker = f"processed/{topic}"
+        stored = state_map.get(marker, latest=True).result(timeout=60)  # catches up once
+        done = None if stored is None else Position.parse(stored)
+        self._gate.done(topic, done)
+        if done is not None and not position > done:
             self.duplicates += 1
             context.get_logger().info("skipping redelivered message %s", position)
             return None
+        self._gate.check(topic, position, lambda: done)
+        output = self._apply(input, context, state_map, marker, position)
+        self._gate.done(topic, position)
+        return output
+
+    def _apply(
+        self,
+        input: Any,
+        context: Any,
+        state_map: PulsarMap[str, Any],
+        marker: str,
+        position: Position,
+    ) -> Any:
+        """``handle`` the message; write its state changes and its position as one."""
         state = FunctionState(lambda key: state_map.get(key).result(timeout=60))
         output = self.handle(input, state, context)
 
@@ -157,6 +184,7 @@ class StatefulFunction(Function):  # type: ignore[misc]
         return output
 
     def close(self) -> None:
+        self._gate.close()
         if self._map is not None:
             self._map.close()
 

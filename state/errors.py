@@ -21,6 +21,8 @@ __all__ = [
     "PulsarAdminError",
     "PulsarStateError",
     "InvalidMessageError",
+    "MessageHeldBackError",
+    "PoisonRecordError",
     "FencedError",
     "ForkedProcessError",
     "FunctionNotReadyError",
@@ -158,6 +160,20 @@ class InvalidMessageError(PulsarStateError):
     def __init__(self, message: str, *, position: str) -> None:
         self.position = position
         super().__init__(f"{message} (at {position})")
+
+
+class MessageHeldBackError(PulsarStateError):
+    """A function's input message comes after an earlier one of its partition that failed.
+
+    Refused so that the runtime redelivers it after that one: a kit recording
+    "processed up to here" must never record past a message that did not succeed.
+    """
+
+    retriable = True
+
+
+class PoisonRecordError(PulsarStateError, ValueError):
+    """A record the SQL sink can never write: no key, or a key or value that is not UTF-8."""
 
 
 class BadVersionError(PulsarStateError):

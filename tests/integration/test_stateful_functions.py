@@ -179,3 +179,85 @@ def test_word_count_is_exact_across_an_instance_kill(
     # deleting the function leaves its state readable
     with PulsarMap[str, object](client, state_topic, admin_url=pulsar_endpoint.admin_url) as state:
         assert state.get("counter/alpha").result() == 50
+
+
+_FLAKY_FUNCTION = '''
+"""Word count whose process raises on a line with the word "boom", twice per message."""
+from pulsar_state.functions.stateful import StatefulFunction
+
+
+class FlakyCount(StatefulFunction):
+    attempts: dict[str, int] = {}
+
+    def handle(self, input, state, context):
+        if "boom" in input.split():
+            key = str(context.get_message_id())
+            self.attempts[key] = self.attempts.get(key, 0) + 1
+            if self.attempts[key] <= 2:
+                raise RuntimeError(f"boom, attempt {self.attempts[key]}")
+        for word in input.split():
+            state.incr_counter(word, 1)
+'''
+
+
+def test_a_failed_message_is_not_skipped_when_it_comes_back(
+    pulsar_endpoint: PulsarEndpoint, client: pulsar.Client, tmp_path: Path
+) -> None:
+    """process raises on the 10th message (twice); the runtime nacks it and goes on.
+    No later message may be recorded past it: the counts end exact, "boom" once."""
+    admin = PulsarAdminCli(admin_url=pulsar_endpoint.admin_url)
+    name = unique_name("flaky")
+    fqn = ("public", "default", name)
+    source = f"persistent://public/default/{name}-in"
+    state_topic = f"persistent://public/default/{name}-state"
+    code = tmp_path / "flaky_count.py"
+    code.write_text(_FLAKY_FUNCTION)
+    admin.create_function(
+        fqn=fqn,
+        py=code,
+        classname="flaky_count.FlakyCount",
+        inputs=[source],
+        extra=[
+            "--retain-ordering",
+            "--user-config",
+            f'{{"stateTopic": "{state_topic}", "adminUrl": "{pulsar_endpoint.admin_url}"}}',
+        ],
+    )
+    try:
+        wait_until(
+            lambda: _all_running(admin, fqn, 1),
+            timeout_s=120,
+            interval_s=1,
+            message="the instance running",
+        )
+        producer = client.create_producer(source, batching_enabled=False)
+        lines = [f"alpha w{i % 4}" for i in range(30)]
+        lines[9] = "alpha boom"
+        for line in lines:
+            producer.send(line.encode())
+        expected = dict(Counter(word for line in lines for word in line.split()))
+        with PulsarMap[str, object](
+            client, state_topic, admin_url=pulsar_endpoint.admin_url, config=StateConfig()
+        ) as state:
+
+            def counts() -> dict[str, object]:
+                items = state.items(latest=True).result(timeout=30)
+                return {
+                    k.removeprefix("counter/"): v
+                    for k, v in items.items()
+                    if k.startswith("counter/")
+                }
+
+            try:
+                wait_until(
+                    lambda: counts() == expected,
+                    timeout_s=90,
+                    interval_s=1,
+                    message="every line counted once, the failed one included",
+                )
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}: counts {counts()} != {expected}") from None
+        status = _instances(admin, fqn)[0]
+        assert status["numUserExceptions"] >= 2  # the two failures of "alpha boom"
+    finally:
+        admin.delete_function(fqn)

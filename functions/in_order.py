@@ -1,0 +1,162 @@
+"""Never past a failed message: in-order processing for functions that record positions.
+
+Pulsar 4.0's Python runtime (``python_instance.py``) catches an exception from
+``process``, negatively acknowledges that message and goes on with the next
+one. The client redelivers a negative ack only after its redelivery delay (60 s
+by default; the runtime does not set it), that is after later messages. A kit
+that records "processed up to position P" per input partition (the stateful
+kit, the SQL sink) would record a later message's position first and then skip
+the failed message as already done: a lost update.
+
+:class:`InOrderGate` keeps, per input partition, the position of the first
+message that failed (its *floor*). Every later message of that partition is
+refused (:class:`~pulsar_state.errors.MessageHeldBackError`, so the runtime
+nacks it too) until the failed one comes back and succeeds. The gate also asks
+the input's consumer to redeliver, after a backoff (0.5 s doubling to 30 s):
+on a failover subscription (``retainOrdering``) the client then rewinds to the
+first unacknowledged message, so the partition comes back in order without
+waiting for the nack delay. A floor is dropped once the recorded position
+reaches it (the message was done, by this instance or by another one that had
+the partition meanwhile).
+
+:func:`require_in_order` is the deploy-time check: one active consumer per
+partition (``retainOrdering: true`` or a failover subscription), or positions
+cannot mean "everything before is done".
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from pulsar_state.errors import ConfigurationError, MessageHeldBackError
+from pulsar_state.position import Position
+
+__all__ = ["InOrderGate", "redeliver_function", "require_in_order"]
+
+log = logging.getLogger(__name__)
+
+_FAILOVER = 1  # proto.SubscriptionType.FAILOVER
+_PARTITION = re.compile(r"-partition-\d+$")
+
+
+def require_in_order(context: Any, what: str) -> None:
+    """ConfigurationError unless the function gets each input partition in order."""
+    details = context.instance_config.function_details
+    in_order = bool(details.retainOrdering) or (int(details.source.subscriptionType) == _FAILOVER)
+    if not in_order:
+        raise ConfigurationError(
+            f"a {what} needs in-order delivery: deploy it with "
+            "retainOrdering: true (--retain-ordering; a failover subscription)"
+        )
+
+
+def redeliver_function(context: Any, topic: str) -> Callable[[], None] | None:
+    """The call that rewinds the consumer of ``topic`` (an input or one of its partitions).
+
+    The Python runtime's context keeps its consumers by input topic
+    (``context.consumers``); ``None`` when it is not found (then the client's
+    negative-ack delay brings the message back).
+    """
+    consumers = getattr(context, "consumers", None)
+    if not isinstance(consumers, dict) or not consumers:
+        return None
+    consumer = consumers.get(topic) or consumers.get(_PARTITION.sub("", topic))
+    if consumer is None and len(consumers) == 1:
+        consumer = next(iter(consumers.values()))
+    redeliver = getattr(consumer, "redeliver_unacknowledged_messages", None)
+    return redeliver if callable(redeliver) else None
+
+
+class InOrderGate:
+    """Per input partition: the first failed message, and the messages held behind it."""
+
+    def __init__(self, *, first_retry_s: float = 0.5, max_retry_s: float = 30.0) -> None:
+        self.first_retry_s = first_retry_s
+        self.max_retry_s = max_retry_s
+        self._lock = threading.Lock()
+        self._floors: dict[str, Position] = {}
+        self._failures: dict[str, int] = {}
+        self._timers: dict[str, threading.Timer] = {}
+        #: messages refused because an earlier one of their partition had failed
+        self.held_back = 0
+
+    def floor(self, topic: str) -> Position | None:
+        """The first failed, not yet done, message of ``topic``."""
+        with self._lock:
+            return self._floors.get(topic)
+
+    def check(
+        self, topic: str, position: Position, recorded: Callable[[], Position | None]
+    ) -> None:
+        """Raise MessageHeldBackError when an earlier message of ``topic`` failed and is not done.
+
+        ``recorded`` reads the position recorded for ``topic`` (called only when
+        this message would be held): a floor it reaches was done meanwhile.
+        """
+        floor = self.floor(topic)
+        if floor is None or not position > floor:
+            return
+        self.done(topic, recorded())
+        floor = self.floor(topic)
+        if floor is not None and position > floor:
+            with self._lock:
+                self.held_back += 1
+            raise MessageHeldBackError(
+                f"{topic}: message {position} is held back until {floor}, which failed, "
+                "is redelivered and succeeds"
+            )
+
+    def done(self, topic: str, position: Position | None) -> None:
+        """``topic`` is done through ``position``: a floor at or before it is lifted."""
+        if position is None:
+            return
+        with self._lock:
+            floor = self._floors.get(topic)
+            if floor is not None and not floor > position:
+                del self._floors[topic]
+                self._failures.pop(topic, None)
+                timer = self._timers.pop(topic, None)
+                if timer is not None:
+                    timer.cancel()
+                log.info("%s: %s done, the messages after it flow again", topic, floor)
+
+    def failed(self, topic: str, position: Position, redeliver: Callable[[], None] | None) -> None:
+        """``position`` of ``topic`` failed: hold later messages, ask for a redelivery."""
+        with self._lock:
+            floor = self._floors.get(topic)
+            if floor is None or position < floor:
+                self._floors[topic] = position
+            attempt = self._failures.get(topic, 0)
+            self._failures[topic] = attempt + 1
+            if redeliver is None or topic in self._timers:
+                return
+            delay = min(self.first_retry_s * 2**attempt, self.max_retry_s)
+            timer = threading.Timer(delay, self._redeliver, (topic, redeliver))
+            timer.daemon = True
+            self._timers[topic] = timer
+        log.warning(
+            "%s: message %s failed (attempt %d); later messages held, redelivery in %.1f s",
+            topic,
+            position,
+            attempt + 1,
+            delay,
+        )
+        timer.start()
+
+    def _redeliver(self, topic: str, redeliver: Callable[[], None]) -> None:
+        with self._lock:
+            self._timers.pop(topic, None)
+        try:
+            redeliver()
+        except Exception as exc:  # the negative-ack delay still brings it back
+            log.warning("%s: could not ask for a redelivery: %s", topic, exc)
+
+    def close(self) -> None:
+        with self._lock:
+            timers, self._timers = list(self._timers.values()), {}
+        for timer in timers:
+            timer.cancel()

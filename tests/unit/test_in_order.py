@@ -1,0 +1,110 @@
+"""The in-order gate (never past a failed message) and the kits' in-order requirement."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from pulsar_state.connectors.sink import SinkFunction, SinkRecord, SqlUpsertSink
+from pulsar_state.errors import ConfigurationError, MessageHeldBackError, PoisonRecordError
+from pulsar_state.functions.in_order import InOrderGate, redeliver_function
+from pulsar_state.functions.stateful import StatefulFunction
+from pulsar_state.position import Position
+
+T = "persistent://public/default/in-partition-0"
+
+
+def pos(entry: int) -> Position:
+    return Position(7, entry, -1)
+
+
+def test_later_messages_are_held_until_the_failed_one_succeeds() -> None:
+    gate = InOrderGate(first_retry_s=60)
+    gate.check(T, pos(1), lambda: None)  # nothing failed: passes
+    gate.failed(T, pos(2), None)
+    gate.check(T, pos(2), lambda: pos(1))  # the failed one itself may go again
+    gate.check(T, pos(1), lambda: pos(1))  # an earlier one too
+    with pytest.raises(MessageHeldBackError, match="held back until 7:2:-1"):
+        gate.check(T, pos(3), lambda: pos(1))
+    gate.check(T.replace("-0", "-1"), pos(3), lambda: None)  # another partition flows
+    gate.failed(T, pos(2), None)  # failed again: still held
+    with pytest.raises(MessageHeldBackError):
+        gate.check(T, pos(5), lambda: pos(1))
+    assert gate.held_back == 2
+    gate.done(T, pos(2))
+    gate.check(T, pos(3), lambda: pos(2))
+    assert gate.floor(T) is None
+
+
+def test_a_floor_done_elsewhere_is_lifted() -> None:
+    """After a failover another instance did the failed message: its record lifts the floor."""
+    gate = InOrderGate(first_retry_s=60)
+    gate.failed(T, pos(2), None)
+    gate.check(T, pos(9), lambda: pos(8))  # recorded through 8: 2 was done, 9 passes
+    assert gate.floor(T) is None
+
+
+def test_the_earliest_failure_is_the_floor() -> None:
+    gate = InOrderGate(first_retry_s=60)
+    gate.failed(T, pos(5), None)
+    gate.failed(T, pos(3), None)
+    assert gate.floor(T) == pos(3)
+
+
+def test_redelivery_is_asked_with_a_backoff() -> None:
+    asked = threading.Event()
+    gate = InOrderGate(first_retry_s=0.05)
+    gate.failed(T, pos(2), asked.set)
+    assert asked.wait(5), "the consumer was asked to redeliver"
+    gate.close()
+
+
+def test_the_consumer_of_the_partition_is_found() -> None:
+    calls: list[str] = []
+    consumer = SimpleNamespace(redeliver_unacknowledged_messages=lambda: calls.append("in"))
+    other = SimpleNamespace(redeliver_unacknowledged_messages=lambda: calls.append("other"))
+    context = SimpleNamespace(consumers={"persistent://public/default/in": consumer, "x": other})
+    redeliver = redeliver_function(context, T)
+    assert redeliver is not None
+    redeliver()
+    assert calls == ["in"]
+    assert redeliver_function(SimpleNamespace(), T) is None
+
+
+def _context(*, retain_ordering: bool, subscription_type: int) -> Any:
+    details = SimpleNamespace(
+        retainOrdering=retain_ordering,
+        source=SimpleNamespace(subscriptionType=subscription_type),
+    )
+    message_id = SimpleNamespace(ledger_id=lambda: 7, entry_id=lambda: 1, batch_index=lambda: -1)
+    return SimpleNamespace(
+        instance_config=SimpleNamespace(function_details=details),
+        get_current_message_topic_name=lambda: T,
+        get_message_id=lambda: message_id,
+        get_user_config_map=lambda: {"database": ":memory:"},
+    )
+
+
+@pytest.mark.parametrize("kit", [SinkFunction, StatefulFunction])
+def test_kits_refuse_a_deployment_without_in_order_delivery(kit: type) -> None:
+    function = kit()
+    with pytest.raises(ConfigurationError, match="needs in-order delivery"):
+        function.process(b"x", _context(retain_ordering=False, subscription_type=0))
+    function.close()
+
+
+def test_poison_records_are_recognized_before_the_database() -> None:
+    def record(key: str | bytes | None, value: bytes) -> SinkRecord:
+        return SinkRecord(topic=T, key=key, value=value, position=pos(1))
+
+    with pytest.raises(PoisonRecordError, match="no key"):
+        SqlUpsertSink.validate(record(None, b"v"))
+    with pytest.raises(PoisonRecordError, match="key is not UTF-8"):
+        SqlUpsertSink.validate(record(b"k\xfe", b"v"))
+    with pytest.raises(PoisonRecordError, match="value is not UTF-8"):
+        SqlUpsertSink.validate(record("k", b"\xff"))
+    SqlUpsertSink.validate(record("k", b""))  # a delete
+    assert issubclass(PoisonRecordError, ValueError)
