@@ -124,28 +124,36 @@ class InOrderGate:
                     timer.cancel()
                 log.info("%s: %s done, the messages after it flow again", topic, floor)
 
-    def failed(self, topic: str, position: Position, redeliver: Callable[[], None] | None) -> None:
-        """``position`` of ``topic`` failed: hold later messages, ask for a redelivery."""
+    def failed(
+        self, topic: str, position: Position, redeliver: Callable[[], None] | None
+    ) -> float | None:
+        """``position`` of ``topic`` failed: hold later messages, ask for a redelivery.
+
+        Returns the delay of the redelivery it scheduled; ``None`` when one is
+        already pending (copies of the message failing again before it fires do
+        not lengthen the backoff) or there is no consumer to ask.
+        """
         with self._lock:
             floor = self._floors.get(topic)
             if floor is None or position < floor:
                 self._floors[topic] = position
+            if redeliver is None or topic in self._timers:
+                return None
             attempt = self._failures.get(topic, 0)
             self._failures[topic] = attempt + 1
-            if redeliver is None or topic in self._timers:
-                return
             delay = min(self.first_retry_s * 2**attempt, self.max_retry_s)
             timer = threading.Timer(delay, self._redeliver, (topic, redeliver))
             timer.daemon = True
             self._timers[topic] = timer
         log.warning(
-            "%s: message %s failed (attempt %d); later messages held, redelivery in %.1f s",
+            "%s: message %s failed (round %d); later messages held, redelivery in %.1f s",
             topic,
             position,
             attempt + 1,
             delay,
         )
         timer.start()
+        return delay
 
     def _redeliver(self, topic: str, redeliver: Callable[[], None]) -> None:
         with self._lock:

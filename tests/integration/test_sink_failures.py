@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from importlib import resources
@@ -25,6 +26,7 @@ from harness import PulsarEndpoint, unique_name, unique_topic, wait_until
 from postgres_server import sql_rows
 
 from pulsar_state.connectors.sink_runner import run_sink
+from pulsar_state.connectors.sql_backend import SinkDatabaseError
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 
 REASON = "pss.dead-letter.reason"
@@ -246,3 +248,71 @@ def test_runner_skips_or_dead_letters_poison_records(
         with pytest.raises(pulsar.Timeout):
             dlq.receive(timeout_millis=1000)
     dlq.close()
+
+
+@pytest.mark.timeout(300)
+def test_runner_loses_nothing_across_a_database_outage(
+    pulsar_endpoint: PulsarEndpoint, client: pulsar.Client, sql_database: str
+) -> None:
+    """The runner on its own: a retriable failure (PostgreSQL refusing connections) is
+    retried in place until the database is back; another failure (SQLite's table gone)
+    stops the runner with nothing acknowledged past the record, and a restart resumes
+    there. Either way the rows end exact."""
+    topic = unique_topic("sink-down")
+    config = {
+        "serviceUrl": pulsar_endpoint.service_url,
+        "topic": topic,
+        "subscription": "sink",
+        "database": sql_database,
+        "table": "kv",
+    }
+    producer = client.create_producer(topic, batching_enabled=False)
+    expected: dict[str, str] = {}
+
+    def send(batch: str, n: int) -> None:
+        for i in range(n):
+            key = f"{batch}{i % 4}" if i % 2 else f"shared{i % 3}"
+            producer.send(f"{batch}-{i}".encode(), partition_key=key)
+            expected[key] = f"{batch}-{i}"
+
+    stop = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["sink"] = run_sink(config, stop=stop)
+        except Exception as exc:
+            outcome["error"] = exc
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    try:
+        send("before", 8)
+        wait_until(
+            lambda: sql_rows(sql_database, "kv") == expected,
+            timeout_s=60,
+            message="rows before the outage",
+        )
+        with _database_down(sql_database, "kv"):
+            send("during", 8)
+            time.sleep(3)  # the runner meets the outage
+        send("after", 8)
+        if sql_database.startswith("postgresql://"):
+            wait_until(
+                lambda: sql_rows(sql_database, "kv") == expected,
+                timeout_s=90,
+                interval_s=0.5,
+                message="the runner retried in place and wrote everything",
+            )
+            assert "error" not in outcome and runner.is_alive()
+        else:
+            runner.join(timeout=60)
+            assert isinstance(outcome.get("error"), SinkDatabaseError), outcome
+            assert sql_rows(sql_database, "kv") != expected  # stopped at the failed record
+            resumed = run_sink(config, max_idle_s=2)
+            assert resumed.written == 16  # "during" and "after": nothing was skipped
+            assert sql_rows(sql_database, "kv") == expected
+    finally:
+        stop.set()
+        runner.join(timeout=60)
+        producer.close()

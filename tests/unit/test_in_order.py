@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -57,8 +58,15 @@ def test_the_earliest_failure_is_the_floor() -> None:
 def test_redelivery_is_asked_with_a_backoff() -> None:
     asked = threading.Event()
     gate = InOrderGate(first_retry_s=0.05)
-    gate.failed(T, pos(2), asked.set)
+    assert gate.failed(T, pos(2), asked.set) == 0.05
+    assert gate.failed(T, pos(2), asked.set) is None  # a copy failing while one is pending
     assert asked.wait(5), "the consumer was asked to redeliver"
+    deadline = time.monotonic() + 5  # the fired timer forgets itself just after
+    while (second := gate.failed(T, pos(2), asked.set)) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert second == 0.1, "the next round waits twice as long"
+    gate.close()
+    assert gate.failed(T.replace("-0", "-1"), pos(2), asked.set) == 0.05  # per partition
     gate.close()
 
 
