@@ -7,6 +7,7 @@ A data directory holds everything of one broker::
       data/metadata, data/bookkeeper                     RocksDB metadata, the bookie
       logs/standalone.log                                broker output; logs/functions/...
       download/                                          function packages
+      packages-storage/                                  the worker's stored function code
       ports.json                                         ports, kept for the dir's life
       broker.json                                        pid and URLs while running
 
@@ -105,7 +106,14 @@ class StandaloneBroker:
         self.python = python or sys.executable
         self.pulsar_mem = pulsar_mem
         self.start_timeout_s = start_timeout_s
-        self.broker_settings = dict(broker_settings or {})
+        # this broker's function packages in its own data dir: Pulsar's standalone
+        # stores them under a relative "packages-storage", i.e. in the shared
+        # distribution, where deleting a function on one broker deleted the code
+        # of the same-named function on every other broker of the machine
+        self.broker_settings = {
+            "STORAGE_PATH": str(self.data_dir / "packages-storage"),
+            **dict(broker_settings or {}),
+        }
         self._admin_headers = {"Authorization": f"Bearer {admin_token}"} if admin_token else {}
 
     # -- paths ----------------------------------------------------------------
@@ -223,6 +231,7 @@ class StandaloneBroker:
         if fresh:
             shutil.rmtree(self.data_dir / "data", ignore_errors=True)
             shutil.rmtree(self.data_dir / "download", ignore_errors=True)
+            shutil.rmtree(self.data_dir / "packages-storage", ignore_errors=True)
         ports = self._ports()
         ports.check_free()
         conf_dir = self.data_dir / "conf"
