@@ -200,11 +200,13 @@ class FlakyCount(StatefulFunction):
 '''
 
 
+@pytest.mark.parametrize("partitions", [0, 2])
 def test_a_failed_message_is_not_skipped_when_it_comes_back(
-    pulsar_endpoint: PulsarEndpoint, client: pulsar.Client, tmp_path: Path
+    pulsar_endpoint: PulsarEndpoint, client: pulsar.Client, tmp_path: Path, partitions: int
 ) -> None:
     """process raises on the 10th message (twice); the runtime nacks it and goes on.
-    No later message may be recorded past it: the counts end exact, "boom" once."""
+    No later message may be recorded past it: the counts end exact, "boom" once. On a
+    non-partitioned input, and on 2 partitions consumed by one instance."""
     admin = PulsarAdminCli(admin_url=pulsar_endpoint.admin_url)
     name = unique_name("flaky")
     fqn = ("public", "default", name)
@@ -212,6 +214,11 @@ def test_a_failed_message_is_not_skipped_when_it_comes_back(
     state_topic = f"persistent://public/default/{name}-state"
     code = tmp_path / "flaky_count.py"
     code.write_text(_FLAKY_FUNCTION)
+    if partitions:
+        created = pulsar_endpoint.admin(
+            "PUT", f"/admin/v2/persistent/public/default/{name}-in/partitions", json=partitions
+        )
+        assert created.status_code in (200, 204), created.text
     admin.create_function(
         fqn=fqn,
         py=code,
