@@ -316,3 +316,47 @@ def test_runner_loses_nothing_across_a_database_outage(
         stop.set()
         runner.join(timeout=60)
         producer.close()
+
+
+def test_sink_function_refuses_to_run_without_in_order_delivery(
+    pulsar_endpoint: PulsarEndpoint, client: pulsar.Client, tmp_path: Path
+) -> None:
+    """Deployed without --retain-ordering (a shared subscription): every record is refused
+    with a ConfigurationError naming the fix, and nothing is written."""
+    admin = PulsarAdminCli(admin_url=pulsar_endpoint.admin_url)
+    name = unique_name("sinkshared")
+    fqn = ("public", "default", name)
+    topic = f"persistent://public/default/{name}-in"
+    database = str(tmp_path / "shared.db")
+    entry = Path(str(resources.files("pulsar_state.functions") / "sink_entry.py"))
+    admin.create_function(
+        fqn=fqn,
+        py=entry,
+        classname="sink_entry.SinkFunction",
+        inputs=[topic],
+        extra=["--user-config", json.dumps({"database": database, "table": "kv"})],
+    )
+    try:
+        wait_until(
+            lambda: admin.function_status(fqn)["numRunning"] == 1,
+            timeout_s=180,
+            interval_s=1,
+            message="the sink instance running",
+        )
+        producer = client.create_producer(topic, batching_enabled=False)
+        producer.send(b"v", partition_key="k")
+        status = wait_until(
+            lambda: (
+                (s := admin.function_status(fqn)["instances"][0]["status"])["latestUserExceptions"]
+                and s
+            ),
+            timeout_s=60,
+            interval_s=1,
+            message="the record refused",
+        )
+        error = status["latestUserExceptions"][0]["exceptionString"]
+        assert "needs in-order delivery" in error and "retainOrdering" in error
+        assert status["numSuccessfullyProcessed"] == 0
+        assert sql_rows(database, "kv") == {}
+    finally:
+        admin.delete_function(fqn)
