@@ -141,7 +141,7 @@ class InOrderGate:
                 return None
             attempt = self._failures.get(topic, 0)
             self._failures[topic] = attempt + 1
-            delay = min(self.first_retry_s * 2**attempt, self.max_retry_s)
+            delay: float = min(self.first_retry_s * 2.0**attempt, self.max_retry_s)
             timer = threading.Timer(delay, self._redeliver, (topic, redeliver))
             timer.daemon = True
             self._timers[topic] = timer
