@@ -7,6 +7,13 @@ sends each function as a self-contained zip (``pulsar-state package``, see
 :mod:`~pulsar_state.deploy.function_package`), so workers need nothing but
 Pulsar's Python runtime; ``--code entry`` sends only the entry file, for
 workers whose Python has ``pulsar-shared-state`` installed.
+
+The shipped configs leave out what depends on the cluster: ``deploy`` fills in
+``userConfig.adminUrl`` (the functions protect their state topics through it:
+infinite retention, no inactive deletion) with ``--function-admin-url``, by
+default the ``--admin-url`` it deploys to, unless the config sets one. Then it
+waits until every function's instances run and its inputs show its
+subscription, so what is sent next is seen.
 """
 
 from __future__ import annotations
@@ -23,10 +30,11 @@ import click
 import yaml
 
 from pulsar_state.deploy.function_package import build_function_package
+from pulsar_state.deploy.function_ready import DeployedFunction
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
-from pulsar_state.errors import ConfigurationError, PulsarAdminError
+from pulsar_state.errors import ConfigurationError, PulsarAdminError, PulsarStateError
 
-__all__ = ["FUNCTIONS", "deploy", "package", "undeploy"]
+__all__ = ["FUNCTIONS", "deploy", "package", "render_config", "undeploy"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +62,26 @@ def _entry(name: str) -> Path:
 def _load(config_file: str) -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load((_config_dir() / config_file).read_text())
     return data
+
+
+def render_config(config: dict[str, Any], *, admin_url: str) -> tuple[dict[str, Any], list[str]]:
+    """The config ``deploy`` sends: the shipped one with what the cluster decides filled in.
+
+    Returns the config and the keys that were filled. A value the config sets
+    is kept; ``userConfig.adminUrl`` is the admin URL the functions reach the
+    cluster by (without it the SQL sink refuses every record and the others
+    leave their state topics unprotected).
+    """
+    if not admin_url.startswith(("http://", "https://")):
+        raise ConfigurationError(
+            f"the functions' admin URL must be http(s)://..., got {admin_url!r}"
+        )
+    user = dict(config.get("userConfig") or {})
+    filled = []
+    if not user.get("adminUrl"):
+        user["adminUrl"] = admin_url
+        filled.append(f"userConfig.adminUrl={admin_url}")
+    return {**config, "userConfig": user}, filled
 
 
 _admin_option = click.option(
@@ -152,10 +180,32 @@ def package(out_dir: Path, python_version: str | None, platform: str | None) -> 
     help="zip: a self-contained package per function; entry: only the entry file "
     "(the workers' Python has pulsar-shared-state installed).",
 )
+@click.option(
+    "--function-admin-url",
+    envvar="PULSAR_STATE_FUNCTION_ADMIN_URL",
+    help="The admin URL the functions use to protect their topics, where a config "
+    "leaves userConfig.adminUrl unset (default: --admin-url).",
+)
+@click.option(
+    "--wait-s",
+    type=click.FloatRange(min=0),
+    default=300.0,
+    show_default=True,
+    help="How long to wait for every function to run and subscribe to its inputs (0: no wait).",
+)
 @_with_worker_python
-def deploy(admin_url: str, code: str, python_version: str | None, platform: str | None) -> None:
+def deploy(
+    *,
+    admin_url: str,
+    code: str,
+    function_admin_url: str | None,
+    wait_s: float,
+    python_version: str | None,
+    platform: str | None,
+) -> None:
     """Create the packaged functions on the cluster, or update those already there."""
     admin = PulsarAdminCli(admin_url=admin_url)
+    deployed: list[tuple[tuple[str, str, str], dict[str, Any]]] = []
     with tempfile.TemporaryDirectory(prefix="pss-deploy-") as tmp:
         if code == "zip":
             try:
@@ -167,9 +217,18 @@ def deploy(admin_url: str, code: str, python_version: str | None, platform: str 
                 (config_file, _entry(entry)) for config_file, (entry, _) in FUNCTIONS.items()
             ]
         for config_file, py in targets:
-            path = _config_dir() / config_file
-            config = _load(config_file)
+            try:
+                config, filled = render_config(
+                    _load(config_file), admin_url=function_admin_url or admin_url
+                )
+            except ConfigurationError as exc:
+                raise click.ClickException(str(exc)) from exc
             fqn = (config["tenant"], config["namespace"], config["name"])
+            path = Path(tmp) / config_file  # what is sent: the shipped file, filled in
+            path.write_text(yaml.safe_dump(config, sort_keys=False))
+            if filled:
+                click.echo(f"{'/'.join(fqn)}: {', '.join(filled)}")
+            deployed.append((fqn, config))
             try:
                 if _exists(admin, fqn):
                     admin.run(
@@ -182,6 +241,26 @@ def deploy(admin_url: str, code: str, python_version: str | None, platform: str 
                 click.echo(f"created {'/'.join(fqn)}")
             except PulsarAdminError as exc:
                 raise click.ClickException(str(exc)) from exc
+    if wait_s > 0:
+        _wait_ready(admin_url, deployed, wait_s)
+
+
+def _wait_ready(
+    admin_url: str, deployed: list[tuple[tuple[str, str, str], dict[str, Any]]], wait_s: float
+) -> None:
+    """Every function running and subscribed to its inputs, or a clear error."""
+    for fqn, config in deployed:
+        inputs = list(config.get("inputs") or [])
+        with DeployedFunction(
+            admin_url=admin_url, fqn=fqn, subscription=config.get("subName")
+        ) as function:
+            try:
+                function.wait_ready(
+                    inputs=inputs, instances=int(config.get("parallelism", 1)), timeout_s=wait_s
+                )
+            except PulsarStateError as exc:
+                raise click.ClickException(str(exc)) from exc
+        click.echo(f"ready {function.name}: running, subscribed to {', '.join(inputs)}")
 
 
 @click.command()
