@@ -8,6 +8,7 @@ from pathlib import Path
 import pulsar
 from harness import PulsarEndpoint, unique_name, wait_until
 
+from pulsar_state.deploy.function_ready import DeployedFunction
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 
 
@@ -23,12 +24,10 @@ def test_smoke_function_runs_on_the_worker(
     py = Path(str(resources.files("pulsar_state.functions") / "smoke.py"))
     admin.create_function(fqn=fqn, py=py, classname="smoke.Exclaim", inputs=[source], output=sink)
     try:
-        wait_until(
-            lambda: admin.function_status(fqn)["numRunning"] == 1,
-            timeout_s=120,
-            interval_s=1,
-            message="function instance running",
-        )
+        # running and subscribed: the subscription starts at the latest position,
+        # so a message sent before the instance subscribed would never reach it
+        with DeployedFunction(admin_url=pulsar_endpoint.admin_url, fqn=fqn) as deployed:
+            deployed.wait_ready(inputs=[source], instances=1, timeout_s=120)
         producer = client.create_producer(source)
         for word in ("a", "b", "c"):
             producer.send(word.encode())
