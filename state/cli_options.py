@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 import click
 import pulsar
 
-__all__ = ["TopicMissingError", "admin_headers", "cluster_client", "cluster_options"]
+from pulsar_state.errors import StateTopicError
+from pulsar_state.manager import full_topic_name
+from pulsar_state.op_codec import OpCodec
+from pulsar_state.topic_view import TopicView
+
+__all__ = [
+    "TopicMissingError",
+    "admin_headers",
+    "cluster_client",
+    "cluster_options",
+    "read_only_view",
+    "topic_callback",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
+S = TypeVar("S")
+Op = TypeVar("Op")
 
 
 def cluster_options(fn: F) -> F:
@@ -58,6 +73,14 @@ def client_logger() -> pulsar.ConsoleLogger:
     return pulsar.ConsoleLogger(_CLIENT_LOG_LEVEL[0])
 
 
+def topic_callback(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """``--topic``'s callback: the full topic name, or a usage error."""
+    try:
+        return full_topic_name(value)
+    except StateTopicError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
 class TopicMissingError(click.ClickException):
     """A read of a topic that does not exist: exit code 3 (reads never create one)."""
 
@@ -86,3 +109,37 @@ def cluster_client(
         yield client
     finally:
         client.close()
+
+
+@contextlib.contextmanager
+def read_only_view(
+    opts: Mapping[str, Any],
+    *,
+    timeout_s: float,
+    errors: Callable[[], AbstractContextManager[None]],
+    codec: OpCodec[Op],
+    initializer: Callable[[], S],
+    applier: Callable[[S, Op], Any],
+) -> Iterator[TopicView[S, Op]]:
+    """A read-only :class:`TopicView` of ``opts["topic"]`` for one command.
+
+    ``opts`` holds the :func:`cluster_options` (``service_url``, ``admin_url``,
+    ``auth_token``) and ``topic``. The client is opened first (a bad URL is a
+    CLI error); ``errors()`` then covers the view's open and the caller's reads;
+    the view and the client are closed afterwards.
+    """
+    with (
+        cluster_client(opts["service_url"], timeout_s, opts["auth_token"]) as client,
+        errors(),
+        TopicView(
+            client=client,
+            topic=opts["topic"],
+            codec=codec,
+            initializer=initializer,
+            applier=applier,
+            admin_url=opts["admin_url"],
+            admin_headers=admin_headers(opts["auth_token"]),
+            timeout_s=timeout_s,
+        ) as view,
+    ):
+        yield view

@@ -27,10 +27,11 @@ from pulsar_state.cli_options import (
     admin_headers,
     cluster_client,
     cluster_options,
+    read_only_view,
+    topic_callback,
 )
 from pulsar_state.config import StateConfig
-from pulsar_state.errors import PulsarStateError, StateTopicError, TopicNotFoundError
-from pulsar_state.manager import full_topic_name
+from pulsar_state.errors import PulsarStateError, TopicNotFoundError
 from pulsar_state.pulsar_map import MapOp, PulsarMap, _apply, _MapCodec
 from pulsar_state.serde import JsonSerde, StrKeySerde
 from pulsar_state.topic_format import check_user_key
@@ -74,29 +75,16 @@ def _open_map(ctx: click.Context) -> Iterator[PulsarMap[str, Any]]:
 
 def _read_map(ctx: click.Context) -> dict[str, Any]:
     """The map's latest content, read-only (see the module docstring)."""
-    opts = ctx.obj
-    with (
-        cluster_client(opts["service_url"], opts["timeout"], opts["auth_token"]) as client,
-        _errors(),
-        TopicView[dict[str, Any], MapOp[str, Any]](
-            client=client,
-            topic=opts["topic"],
-            codec=_MapCodec(StrKeySerde(), JsonSerde()),
-            initializer=dict,
-            applier=_apply,
-            admin_url=opts["admin_url"],
-            admin_headers=admin_headers(opts["auth_token"]),
-            timeout_s=opts["timeout"],
-        ) as view,
-    ):
+    view: TopicView[dict[str, Any], MapOp[str, Any]]
+    with read_only_view(
+        ctx.obj,
+        timeout_s=ctx.obj["timeout"],
+        errors=_errors,
+        codec=_MapCodec(StrKeySerde(), JsonSerde()),
+        initializer=dict,
+        applier=_apply,
+    ) as view:
         return view.catch_up()
-
-
-def _topic(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    try:
-        return full_topic_name(value)
-    except StateTopicError as exc:
-        raise click.BadParameter(str(exc)) from exc
 
 
 def _user_key(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
@@ -110,7 +98,7 @@ def _user_key(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
 @click.option(
     "--topic",
     required=True,
-    callback=_topic,
+    callback=topic_callback,
     help="The map's topic (persistent://t/ns/name or name).",
 )
 @cluster_options

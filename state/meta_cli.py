@@ -29,15 +29,15 @@ from pulsar_state.cli_options import (
     admin_headers,
     cluster_client,
     cluster_options,
+    read_only_view,
+    topic_callback,
 )
 from pulsar_state.errors import (
     BadVersionError,
     NotFoundError,
     PulsarStateError,
-    StateTopicError,
     TopicNotFoundError,
 )
-from pulsar_state.manager import full_topic_name
 from pulsar_state.metadata_state import MetadataTree, MetaOp, Notification, validate_path
 from pulsar_state.metadata_store import MetadataStore, _MetaCodec
 from pulsar_state.topic_view import TopicView
@@ -93,30 +93,16 @@ def _view(
     def apply(tree: MetadataTree, op: MetaOp) -> None:
         notes.extend(tree.apply(op))
 
-    opts = ctx.obj
-    with (
-        cluster_client(opts["service_url"], _TIMEOUT_S, opts["auth_token"]) as client,
-        _errors(),
-        TopicView[MetadataTree, MetaOp](
-            client=client,
-            topic=opts["topic"],
-            codec=_MetaCodec(),
-            initializer=MetadataTree,
-            applier=apply,
-            admin_url=opts["admin_url"],
-            admin_headers=admin_headers(opts["auth_token"]),
-            timeout_s=_TIMEOUT_S,
-        ) as view,
-    ):
+    with read_only_view(
+        ctx.obj,
+        timeout_s=_TIMEOUT_S,
+        errors=_errors,
+        codec=_MetaCodec(),
+        initializer=MetadataTree,
+        applier=apply,
+    ) as view:
         view.catch_up()
         yield view
-
-
-def _topic(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    try:
-        return full_topic_name(value)
-    except StateTopicError as exc:
-        raise click.BadParameter(str(exc)) from exc
 
 
 def _path(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
@@ -127,7 +113,7 @@ def _path(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
 
 
 @click.group("meta")
-@click.option("--topic", required=True, callback=_topic, help="The metadata store's topic.")
+@click.option("--topic", required=True, callback=topic_callback, help="The metadata store's topic.")
 @cluster_options
 @click.pass_context
 def meta_group(ctx: click.Context, /, **options: Any) -> None:
