@@ -27,7 +27,9 @@ class StateConfig:
             (the default): queue behind the holder (``WaitForExclusive``); a
             holder lets go when idle for ``idle_release_s`` and after holding
             for ``max_tenure_s``, so waiting writers get their turn; only when
-            the holder has not let go within the client's operation timeout
+            the holder has not let go within the ``pulsar.Client``'s
+            ``operation_timeout_seconds`` (not ``operation_timeout_s`` here),
+            and nobody else gained the topic meanwhile
             (a frozen or cut-off process, an orphaned producer) take it over
             with ``ExclusiveWithFencing``. No live holder is fenced in normal
             operation, which Pulsar 4.0.8 can deadlock on (see

@@ -28,6 +28,7 @@ import collections
 import contextlib
 import logging
 import queue
+import random
 import threading
 import time
 import uuid
@@ -221,6 +222,7 @@ class Writer(Generic[S, Op]):
         self._held_since = 0.0  # monotonic time the current tenure began
         #: adaptive mode: the holder did not let go within a wait, fence it next
         self._fence_next = False
+        self._wait_epoch = 0  # the tailer's epoch when the current wait began
         self._epoch: int | None = None
         self._last_sent: Position | None = None
         self._closed = False
@@ -313,6 +315,7 @@ class Writer(Generic[S, Op]):
             request = self._next(idle if self._producer is not None else None)
             if request is None:
                 if self._closed:
+                    self._release()  # this thread may have gained it after close()
                     return
                 if self._fenced.is_set() and self._producer is not None:
                     self._lost(FencedError("a write landed stale: another writer holds the topic"))
@@ -645,6 +648,16 @@ class Writer(Generic[S, Op]):
         if self._losses:  # let the writer that just won make progress
             retry = self._config.retry
             retry.sleep(retry.backoff_s(self._losses))
+        if self._fence_next:
+            # writers that timed out together: spread them, then fence only if
+            # nobody gained the topic since our wait began (else queue again)
+            time.sleep(random.uniform(0, 0.2))
+            with contextlib.suppress(OperationTimeoutError):
+                self._tailer.catch_up(self._config.operation_timeout_s)
+            if self._tailer.epoch != self._wait_epoch:
+                self._fence_next = False
+        if not self._fence_next:
+            self._wait_epoch = self._tailer.epoch
         mode = self._access_mode()
         fencing = mode == pulsar.ProducerAccessMode.ExclusiveWithFencing
         if (
@@ -659,7 +672,6 @@ class Writer(Generic[S, Op]):
                 self.writer_id,
                 self._topic,
             )
-            metrics.TAKEOVERS.labels(*self._labels).inc()
         try:
             producer = self._client.create_producer(
                 self._topic,
@@ -685,6 +697,12 @@ class Writer(Generic[S, Op]):
                 # is frozen, cut off or an orphaned producer; fence it next time
                 self._fence_next = True
             raise FencedError(f"could not gain the topic: {exc}") from exc
+        if self._closed:  # close() returned while we waited for the topic
+            with contextlib.suppress(pulsar.PulsarException):
+                producer.close()
+            raise StateClosedError("the state manager is closed")
+        if fencing and self._config.access_mode == "adaptive":
+            metrics.TAKEOVERS.labels(*self._labels).inc()
         self._producer = producer
         self._held_since = time.monotonic()
         self._fence_next = False
@@ -697,6 +715,9 @@ class Writer(Generic[S, Op]):
         except (pulsar.PulsarException, _PublishFailedError, OperationTimeoutError) as exc:
             self._lost(exc)
             raise FencedError(f"lost the topic while gaining it: {exc}") from exc
+        except BaseException:
+            self._release()
+            raise
         self._epoch = epoch_of(position.ledger, position.entry)
         self._last_sent = position
         self._fenced.clear()
