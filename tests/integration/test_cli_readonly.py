@@ -31,11 +31,32 @@ ENTRY_POINT = str(Path(sys.executable).parent / "pulsar-state")
 MARKED_RETENTION = {"retentionTimeInMinutes": 12345, "retentionSizeInMB": -1}
 
 
+def _env(ep: PulsarEndpoint) -> dict[str, str]:
+    return {**os.environ, "PULSAR_SERVICE_URL": ep.service_url, "PULSAR_ADMIN_URL": ep.admin_url}
+
+
 def _cli(ep: PulsarEndpoint, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PULSAR_SERVICE_URL": ep.service_url, "PULSAR_ADMIN_URL": ep.admin_url}
     return subprocess.run(
-        [ENTRY_POINT, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+        [ENTRY_POINT, *args],
+        env=_env(ep),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
+
+
+def _read_missing(
+    ep: PulsarEndpoint, group: str, topic: str, command: tuple[str, ...]
+) -> subprocess.CompletedProcess[str]:
+    """``pulsar-state GROUP --topic TOPIC COMMAND`` on a missing topic: exit code 3,
+    a clear message, and the topic still missing."""
+    done = _cli(ep, group, "--topic", topic, *command)
+    assert done.returncode == 3, (done.returncode, done.stdout, done.stderr)
+    assert f"topic {topic} does not exist" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not _exists(ep, topic), "a read created the topic"
+    return done
 
 
 def _topics(ep: PulsarEndpoint) -> list[str]:
@@ -70,6 +91,12 @@ def _subscriptions(ep: PulsarEndpoint, topic: str) -> dict[str, Any]:
     return dict(stats.json().get("subscriptions", {}))
 
 
+def _assert_unchanged(ep: PulsarEndpoint, topic: str, subscriptions: dict[str, Any]) -> None:
+    """The marked retention and the subscriptions are as they were before the reads."""
+    assert _topic_retention(ep, topic) == MARKED_RETENTION
+    assert _subscriptions(ep, topic).keys() == subscriptions.keys()
+
+
 @pytest.fixture
 def map_topic(pulsar_endpoint: PulsarEndpoint, client: pulsar.Client) -> Iterator[str]:
     """A map topic holding two keys, written (and protected) by a PulsarMap."""
@@ -86,12 +113,8 @@ def test_map_read_of_a_missing_topic_says_so_and_creates_nothing(
     pulsar_endpoint: PulsarEndpoint, command: tuple[str, ...]
 ) -> None:
     topic = unique_topic("cli-ro-missing")
-    done = _cli(pulsar_endpoint, "map", "--topic", topic, *command)
-    assert done.returncode == 3, (done.returncode, done.stdout, done.stderr)
-    assert f"topic {topic} does not exist" in done.stderr
-    assert "Traceback" not in done.stderr
+    done = _read_missing(pulsar_endpoint, "map", topic, command)
     assert done.stdout == ""
-    assert not _exists(pulsar_endpoint, topic), "a read created the topic"
     retention = pulsar_endpoint.admin("GET", f"/admin/v2/{topic_path(topic)}/retention")
     assert retention.status_code == 404 or not retention.text, retention.text
 
@@ -105,11 +128,7 @@ def test_meta_read_of_a_missing_topic_says_so_and_creates_nothing(
     pulsar_endpoint: PulsarEndpoint, command: tuple[str, ...]
 ) -> None:
     topic = unique_topic("cli-ro-missing-meta")
-    done = _cli(pulsar_endpoint, "meta", "--topic", topic, *command)
-    assert done.returncode == 3, (done.returncode, done.stdout, done.stderr)
-    assert f"topic {topic} does not exist" in done.stderr
-    assert "Traceback" not in done.stderr
-    assert not _exists(pulsar_endpoint, topic), "a read created the topic"
+    _read_missing(pulsar_endpoint, "meta", topic, command)
     assert not _exists(pulsar_endpoint, f"{topic}-pss-sessions"), "a read made a session"
 
 
@@ -136,8 +155,7 @@ def test_map_reads_change_no_policy_and_leave_no_subscription(
         {"key": "b", "value": [1, 2]},
     ]
 
-    assert _topic_retention(pulsar_endpoint, map_topic) == MARKED_RETENTION
-    assert _subscriptions(pulsar_endpoint, map_topic).keys() == before.keys()
+    _assert_unchanged(pulsar_endpoint, map_topic, before)
 
 
 def test_meta_reads_change_no_policy(
@@ -164,25 +182,19 @@ def test_meta_reads_change_no_policy(
     assert children.returncode == 0, children.stderr
     assert children.stdout.split() == ["a", "b"]
 
-    assert _topic_retention(pulsar_endpoint, topic) == MARKED_RETENTION
-    assert _subscriptions(pulsar_endpoint, topic).keys() == before.keys()
+    _assert_unchanged(pulsar_endpoint, topic, before)
 
 
 def test_meta_watch_prints_new_changes_and_writes_nothing(
     pulsar_endpoint: PulsarEndpoint, client: pulsar.Client
 ) -> None:
     topic = unique_topic("cli-ro-watch")
-    env = {
-        **os.environ,
-        "PULSAR_SERVICE_URL": pulsar_endpoint.service_url,
-        "PULSAR_ADMIN_URL": pulsar_endpoint.admin_url,
-    }
     with MetadataStore(client, topic, admin_url=pulsar_endpoint.admin_url) as store:
         store.put("/old", b"1", -1).result(30)
         _set_retention(pulsar_endpoint, topic)
         watcher = subprocess.Popen(
             [ENTRY_POINT, "meta", "--topic", topic, "watch", "--prefix", "/new", "--count", "2"],
-            env=env,
+            env=_env(pulsar_endpoint),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
