@@ -60,11 +60,10 @@ from pulsar_state.connectors.sql_backend import SqlBackend, plain_identifier, re
 from pulsar_state.connectors.sqlite_backend import SqliteBackend
 from pulsar_state.errors import (
     ConfigurationError,
-    MessageHeldBackError,
     PoisonRecordError,
     PulsarStateError,
 )
-from pulsar_state.functions.in_order import InOrderGate, redeliver_function, require_in_order
+from pulsar_state.functions.in_order import InOrderGate, require_in_order
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import PulsarMap
 
@@ -316,15 +315,9 @@ class SinkFunction(Function):  # type: ignore[misc]
             context.get_logger().warning("could not record the owner of %s: %s", topic, exc)
 
     def process(self, input: Any, context: Any) -> None:
-        topic = context.get_current_message_topic_name()
-        position = Position.from_message_id(context.get_message_id())
-        try:
-            self._process(input, context, topic, position)
-        except MessageHeldBackError:
-            raise
-        except Exception:  # whatever failed, nothing later of this partition goes first
-            self._gate.failed(topic, position, redeliver_function(context, topic))
-            raise
+        self._gate.run(
+            context, lambda topic, position: self._process(input, context, topic, position)
+        )
 
     def _process(self, input: Any, context: Any, topic: str, position: Position) -> None:
         sink = self._open(context)

@@ -30,7 +30,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from pulsar_state.errors import ConfigurationError, MessageHeldBackError
 from pulsar_state.position import Position
@@ -38,6 +38,8 @@ from pulsar_state.position import Position
 __all__ = ["InOrderGate", "redeliver_function", "require_in_order"]
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R")
 
 _FAILOVER = 1  # proto.SubscriptionType.FAILOVER
 _PARTITION = re.compile(r"-partition-\d+$")
@@ -109,6 +111,23 @@ class InOrderGate:
                 f"{topic}: message {position} is held back until {floor}, which failed, "
                 "is redelivered and succeeds"
             )
+
+    def run(self, context: Any, process: Callable[[str, Position], R]) -> R:
+        """``process(topic, position)`` for the runtime's current message.
+
+        If it fails (other than by being held back), nothing later of that
+        partition goes first: the message becomes the partition's floor and a
+        redelivery is asked (:meth:`failed`); the exception is re-raised.
+        """
+        topic = context.get_current_message_topic_name()
+        position = Position.from_message_id(context.get_message_id())
+        try:
+            return process(topic, position)
+        except MessageHeldBackError:
+            raise
+        except Exception:  # whatever failed, nothing later of this partition goes first
+            self.failed(topic, position, redeliver_function(context, topic))
+            raise
 
     def done(self, topic: str, position: Position | None) -> None:
         """``topic`` is done through ``position``: a floor at or before it is lifted."""

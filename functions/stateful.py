@@ -47,8 +47,7 @@ from typing import Any
 from pulsar import Function
 
 from pulsar_state.config import StateConfig
-from pulsar_state.errors import MessageHeldBackError
-from pulsar_state.functions.in_order import InOrderGate, redeliver_function, require_in_order
+from pulsar_state.functions.in_order import InOrderGate, require_in_order
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import MapOp, PulsarMap
 
@@ -137,15 +136,9 @@ class StatefulFunction(Function):  # type: ignore[misc]
             return self._map
 
     def process(self, input: Any, context: Any) -> Any:
-        topic = context.get_current_message_topic_name()
-        position = Position.from_message_id(context.get_message_id())
-        try:
-            return self._process(input, context, topic, position)
-        except MessageHeldBackError:
-            raise
-        except Exception:  # whatever failed, nothing later of this partition goes first
-            self._gate.failed(topic, position, redeliver_function(context, topic))
-            raise
+        return self._gate.run(
+            context, lambda topic, position: self._process(input, context, topic, position)
+        )
 
     def _process(self, input: Any, context: Any, topic: str, position: Position) -> Any:
         state_map = self._state_map(context)

@@ -96,6 +96,29 @@ def _context(*, retain_ordering: bool, subscription_type: int) -> Any:
     )
 
 
+def test_run_floors_the_current_message_when_processing_fails() -> None:
+    """The kits' process(): the runtime's current message, held behind when it fails."""
+    gate = InOrderGate(first_retry_s=60)
+    context = _context(retain_ordering=True, subscription_type=0)
+    assert gate.run(context, lambda topic, position: (topic, position)) == (T, pos(1))
+    assert gate.floor(T) is None
+
+    def held(_topic: str, _position: Position) -> None:
+        raise MessageHeldBackError("held")
+
+    with pytest.raises(MessageHeldBackError):
+        gate.run(context, held)
+    assert gate.floor(T) is None, "a held-back message is not a failure of its own"
+
+    def fails(_topic: str, _position: Position) -> None:
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        gate.run(context, fails)
+    assert gate.floor(T) == pos(1)
+    gate.close()
+
+
 @pytest.mark.parametrize("kit", [SinkFunction, StatefulFunction])
 def test_kits_refuse_a_deployment_without_in_order_delivery(kit: type) -> None:
     function = kit()
