@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 import pulsar
@@ -50,6 +51,32 @@ def _start_writes(m: AsyncPulsarMap[str, int]) -> list[asyncio.Task[Any]]:
     return tasks
 
 
+def _cancel_every_other(tasks: list[asyncio.Task[Any]]) -> None:
+    for task in tasks[::2]:
+        task.cancel()
+
+
+async def _cancel_half_of_the_queued_writes(
+    m: AsyncPulsarMap[str, int],
+) -> tuple[threading.Thread, Future[Any], list[asyncio.Task[Any]]]:
+    """Hold the writer, so that every write started then is queued when cancelled;
+    start the writes and cancel every other one. The writer thread, the holding
+    write's future and the tasks."""
+    manager = m.sync.manager
+    writer_thread = manager._writer._thread
+    busy = manager.write(_stall(0.4))
+    tasks = _start_writes(m)
+    await asyncio.sleep(0)  # every task submits its write
+    _cancel_every_other(tasks)
+    return writer_thread, busy, tasks
+
+
+def _client(pulsar_endpoint: PulsarEndpoint) -> pulsar.Client:
+    return pulsar.Client(
+        pulsar_endpoint.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+    )
+
+
 class _Problems:
     """Errors logged (any thread) and exceptions that ended a thread."""
 
@@ -73,29 +100,21 @@ class _Problems:
         assert not logged, f"errors logged: {logged}"
 
 
+@pytest.fixture
+def problems(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> _Problems:
+    return _Problems(caplog, monkeypatch)
+
+
 def test_cancelling_some_awaits_in_a_group_commit_leaves_the_others_and_the_writer_alone(
-    pulsar_endpoint: PulsarEndpoint,
-    admin_url: str,
-    caplog: pytest.LogCaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
+    pulsar_endpoint: PulsarEndpoint, admin_url: str, problems: _Problems
 ) -> None:
-    problems = _Problems(caplog, monkeypatch)
     topic = unique_topic("aio-cancel")
 
     async def main() -> None:
-        client = pulsar.Client(
-            pulsar_endpoint.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
-        )
+        client = _client(pulsar_endpoint)
         try:
             async with AsyncPulsarMap[str, int](client, topic, admin_url=admin_url) as m:
-                manager = m.sync.manager
-                writer_thread = manager._writer._thread
-                # hold the writer, so that every write below is queued when cancelled
-                busy = manager.write(_stall(0.4))
-                tasks = _start_writes(m)
-                await asyncio.sleep(0)  # every task submits its write
-                for task in tasks[::2]:
-                    task.cancel()
+                writer_thread, busy, tasks = await _cancel_half_of_the_queued_writes(m)
                 results = await asyncio.wait_for(
                     asyncio.gather(*tasks, return_exceptions=True), timeout=60
                 )
@@ -111,8 +130,7 @@ def test_cancelling_some_awaits_in_a_group_commit_leaves_the_others_and_the_writ
                 for delay_s in (0.001, 0.003, 0.01, 0.03):
                     tasks = _start_writes(m)
                     await asyncio.sleep(delay_s)
-                    for task in tasks[::2]:
-                        task.cancel()
+                    _cancel_every_other(tasks)
                     results = await asyncio.wait_for(
                         asyncio.gather(*tasks, return_exceptions=True), timeout=60
                     )
@@ -138,27 +156,15 @@ def test_cancelling_some_awaits_in_a_group_commit_leaves_the_others_and_the_writ
 
 
 def test_cancelling_awaits_while_closing_ends_cleanly(
-    pulsar_endpoint: PulsarEndpoint,
-    admin_url: str,
-    caplog: pytest.LogCaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
+    pulsar_endpoint: PulsarEndpoint, admin_url: str, problems: _Problems
 ) -> None:
-    problems = _Problems(caplog, monkeypatch)
     topic = unique_topic("aio-cancel-close")
 
     async def main() -> None:
-        client = pulsar.Client(
-            pulsar_endpoint.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
-        )
+        client = _client(pulsar_endpoint)
         try:
             m = await AsyncPulsarMap[str, int].open(client, topic, admin_url=admin_url)
-            manager = m.sync.manager
-            writer_thread = manager._writer._thread
-            busy = manager.write(_stall(0.4))
-            tasks = _start_writes(m)
-            await asyncio.sleep(0)
-            for task in tasks[::2]:
-                task.cancel()
+            writer_thread, busy, tasks = await _cancel_half_of_the_queued_writes(m)
             closing = asyncio.create_task(m.close())  # while the writer is held
             results = await asyncio.wait_for(
                 asyncio.gather(*tasks, return_exceptions=True), timeout=60
