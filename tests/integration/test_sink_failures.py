@@ -70,8 +70,13 @@ def _user_exceptions(admin: PulsarAdminCli, fqn: tuple[str, str, str]) -> int:
     return int(admin.function_status(fqn)["instances"][0]["status"]["numUserExceptions"])
 
 
-def _deploy_sink(
-    admin: PulsarAdminCli, fqn: tuple[str, str, str], topic: str, user_config: dict[str, Any]
+def _create_sink(
+    admin: PulsarAdminCli,
+    fqn: tuple[str, str, str],
+    topic: str,
+    user_config: dict[str, Any],
+    *,
+    retain_ordering: bool = True,
 ) -> None:
     entry = Path(str(resources.files("pulsar_state.functions") / "sink_entry.py"))
     admin.create_function(
@@ -79,14 +84,29 @@ def _deploy_sink(
         py=entry,
         classname="sink_entry.SinkFunction",
         inputs=[topic],
-        extra=["--retain-ordering", "--user-config", json.dumps(user_config)],
+        extra=[
+            *(["--retain-ordering"] if retain_ordering else []),
+            "--user-config",
+            json.dumps(user_config),
+        ],
     )
+
+
+def _wait_sink_running(admin: PulsarAdminCli, fqn: tuple[str, str, str]) -> None:
     wait_until(
         lambda: admin.function_status(fqn)["numRunning"] == 1,
         timeout_s=180,
         interval_s=1,
         message="the sink instance running",
     )
+
+
+def _deploy_sink(
+    admin: PulsarAdminCli, fqn: tuple[str, str, str], topic: str, user_config: dict[str, Any]
+) -> None:
+    """The SinkFunction on ``topic`` with in-order delivery, running."""
+    _create_sink(admin, fqn, topic, user_config)
+    _wait_sink_running(admin, fqn)
 
 
 @pytest.mark.timeout(400)
@@ -328,21 +348,9 @@ def test_sink_function_refuses_to_run_without_in_order_delivery(
     fqn = ("public", "default", name)
     topic = f"persistent://public/default/{name}-in"
     database = str(tmp_path / "shared.db")
-    entry = Path(str(resources.files("pulsar_state.functions") / "sink_entry.py"))
-    admin.create_function(
-        fqn=fqn,
-        py=entry,
-        classname="sink_entry.SinkFunction",
-        inputs=[topic],
-        extra=["--user-config", json.dumps({"database": database, "table": "kv"})],
-    )
+    _create_sink(admin, fqn, topic, {"database": database, "table": "kv"}, retain_ordering=False)
     try:
-        wait_until(
-            lambda: admin.function_status(fqn)["numRunning"] == 1,
-            timeout_s=180,
-            interval_s=1,
-            message="the sink instance running",
-        )
+        _wait_sink_running(admin, fqn)
         producer = client.create_producer(topic, batching_enabled=False)
         producer.send(b"v", partition_key="k")
         status = wait_until(
