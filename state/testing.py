@@ -91,7 +91,9 @@ class EmbeddedPulsar:
             raise ConfigurationError(
                 f"{SERVICE_URL_ENV} and {ADMIN_URL_ENV} must both be set, or neither"
             )
-        self._env_urls = (service_url, admin_url) if service_url and admin_url else None
+        self._env_urls: tuple[str, str] | None = (
+            (service_url, admin_url) if service_url and admin_url else None
+        )
         if self._env_urls is None and data_dir is None:
             raise ConfigurationError(
                 f"data_dir is required unless {SERVICE_URL_ENV} and {ADMIN_URL_ENV} are set"
@@ -135,7 +137,7 @@ class EmbeddedPulsar:
             BrokerStartError: the standalone did not become ready in time.
         """
         if self._env_urls is not None:
-            self._urls = (self._env_urls[0] or "", self._env_urls[1] or "")
+            self._urls = self._env_urls
             return self
         assert self._broker is not None
         if self.fresh:

@@ -94,4 +94,4 @@ def test_urls_before_start_are_an_error(monkeypatch: pytest.MonkeyPatch, tmp_pat
 
 def test_config_is_keyword_only(tmp_path: Path) -> None:
     with pytest.raises(TypeError):
-        EmbeddedPulsar(tmp_path)  # type: ignore[misc]
+        EmbeddedPulsar(tmp_path)  # type: ignore[call-arg]
