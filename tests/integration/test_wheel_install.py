@@ -1,0 +1,37 @@
+"""The built wheel installs and works in a fresh venv (issue #15).
+
+Runs ``tests/wheel_check.py``: the wheel built as ``make package`` builds it,
+installed with its dependencies into a throwaway venv under
+``.cache/wheel-check/``; there the package and ``pulsar_state.testing`` import
+from the venv, the shipped function configs are package data, and the
+``pulsar-state`` entry point answers ``--help``. Slow: a venv and an install
+(about a minute with pip's cache warm). Needs no broker.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "wheel_check.py"
+TIMEOUT_S = 900
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(TIMEOUT_S + 60)
+def test_the_wheel_installs_and_runs_in_a_fresh_venv() -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert "imported pulsar_state, pulsar_state.testing, pulsar_state.deploy" in done.stdout
+    assert "package data present: " in done.stdout
+    assert "wheel check passed" in done.stdout
