@@ -171,5 +171,7 @@ def test_a_low_takeover_rate_is_kept_and_nothing_is_lost(
         config,
     )
     outcome = _run(pulsar_endpoint, client, spec)
-    assert outcome.fences > 0  # they did fence each other
+    # fencing mode keeps the topic until fenced: every acquisition past the
+    # first took it from another process
+    assert outcome.acquisitions > PROCESSES, outcome
     assert outcome.acquisitions <= _bound(config, outcome.elapsed_s), outcome
