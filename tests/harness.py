@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -67,6 +69,22 @@ def function_instance_pids(name: str) -> list[int]:
             if "python_instance_main.py" in cmd and "--function_id" in cmd and name in cmd:
                 pids.append(int(entry.name))
     return sorted(pids)
+
+
+def run_check_script(script: Path, *args: str, timeout_s: float) -> str:
+    """Run a check script (``tests/*.py``) with this interpreter; its stdout.
+
+    Fails the test, with the end of its output, unless it exits 0.
+    """
+    done = subprocess.run(
+        [sys.executable, str(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    return done.stdout
 
 
 def wait_until(

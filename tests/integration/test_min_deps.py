@@ -10,12 +10,10 @@ minutes); pip's cache makes later runs about a minute or two.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from harness import PulsarEndpoint
+from harness import PulsarEndpoint, run_check_script
 
 SCRIPT = Path(__file__).resolve().parent.parent / "min_deps.py"
 TIMEOUT_S = 2400
@@ -26,22 +24,14 @@ TIMEOUT_S = 2400
 def test_spark_source_works_at_the_lowest_allowed_versions(
     pulsar_endpoint: PulsarEndpoint,
 ) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPT),
-            "--service-url",
-            pulsar_endpoint.service_url,
-            "--admin-url",
-            pulsar_endpoint.admin_url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
+    stdout = run_check_script(
+        SCRIPT,
+        "--service-url",
+        pulsar_endpoint.service_url,
+        "--admin-url",
+        pulsar_endpoint.admin_url,
+        timeout_s=TIMEOUT_S,
     )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-4000:]
-    assert "min-deps check passed" in done.stdout
-    assert "snapshot read: " in done.stdout
-    assert "availableNow stream: " in done.stdout
+    assert "min-deps check passed" in stdout
+    assert "snapshot read: " in stdout
+    assert "availableNow stream: " in stdout

@@ -10,11 +10,10 @@ from the venv, the shipped function configs are package data, and the
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from harness import run_check_script
 
 SCRIPT = Path(__file__).resolve().parent.parent / "wheel_check.py"
 TIMEOUT_S = 900
@@ -23,15 +22,7 @@ TIMEOUT_S = 900
 @pytest.mark.slow
 @pytest.mark.timeout(TIMEOUT_S + 60)
 def test_the_wheel_installs_and_runs_in_a_fresh_venv() -> None:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT)],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-4000:]
-    assert "imported pulsar_state, pulsar_state.testing, pulsar_state.deploy" in done.stdout
-    assert "package data present: " in done.stdout
-    assert "wheel check passed" in done.stdout
+    stdout = run_check_script(SCRIPT, timeout_s=TIMEOUT_S)
+    assert "imported pulsar_state, pulsar_state.testing, pulsar_state.deploy" in stdout
+    assert "package data present: " in stdout
+    assert "wheel check passed" in stdout
