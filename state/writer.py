@@ -78,6 +78,10 @@ _ACCESS = {
     "exclusive": pulsar.ProducerAccessMode.Exclusive,
 }
 
+#: adaptive mode: writers that timed out behind one holder wait a random part of
+#: this before deciding to fence it. It only follows a whole operation timeout
+#: (30 s by default), so a second more of failover buys far fewer double takeovers.
+_TAKEOVER_SPREAD_S = 1.0
 
 #: wakes the writer thread without a request (e.g. a stale write was seen)
 _WAKE = object()
@@ -650,8 +654,11 @@ class Writer(Generic[S, Op]):
             retry.sleep(retry.backoff_s(self._losses))
         if self._fence_next:
             # writers that timed out together: spread them, then fence only if
-            # nobody gained the topic since our wait began (else queue again)
-            time.sleep(random.uniform(0, 0.2))
+            # nobody gained the topic since our wait began (else queue again).
+            # Two whose turns fall within one takeover's latency (create the
+            # fencing producer, persist its epoch marker: milliseconds) both
+            # fence; the spread makes that rare and a third rarer still.
+            time.sleep(random.uniform(0, _TAKEOVER_SPREAD_S))
             with contextlib.suppress(OperationTimeoutError):
                 self._tailer.catch_up(self._config.operation_timeout_s)
             if self._tailer.epoch != self._wait_epoch:

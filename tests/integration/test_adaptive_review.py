@@ -9,7 +9,7 @@ These tests pin down what must hold around that wait:
   a producer gained after ``close()`` is never closed and holds the topic for
   everyone else until the client is closed.
 * Several writers that timed out behind one holder that does not let go need
-  one takeover between them, not one each: the later ones would fence the live
+  one takeover between them (rarely two), not one each: the later ones would fence the live
   writer that took over (the Pulsar 4.0.8 deadlock trigger,
   docs/findings/pulsar-4.0.8-fencing-deadlock.md).
 """
@@ -91,7 +91,7 @@ def test_writers_timed_out_behind_one_holder_fence_it_once(
 ) -> None:
     topic = unique_topic("adaptive-cascade")
     other = _client(pulsar_endpoint, 15)
-    clients = [_client(pulsar_endpoint, 3) for _ in range(3)]
+    clients = [_client(pulsar_endpoint, 3) for _ in range(4)]
     maps: list[PulsarMap[str, int]] = []
     try:
         # a holder that never lets go (a frozen process, a cut-off one)
@@ -122,8 +122,14 @@ def test_writers_timed_out_behind_one_holder_fence_it_once(
         takeovers = REGISTRY.get_sample_value("pulsar_state_takeovers_total", labels) or 0.0
         fences = REGISTRY.get_sample_value("pulsar_state_fences_total", labels) or 0.0
         # one takeover evicts the holder that did not let go; the others must
-        # queue behind the live writer that took over, not fence it
-        assert takeovers == 1, f"takeovers={takeovers} fences of live writers={fences}"
+        # queue behind the live writer that took over, not fence it. Without
+        # that check every writer fences in turn (4 takeovers). Two writers whose
+        # random turns fall within one takeover's latency (milliseconds) both
+        # fence, so 2 is possible though rare (seen ~1 in 6 runs with a 0.2 s
+        # spread, before it became 1 s); 3 would need three such turns together.
+        assert takeovers <= 2, f"takeovers={takeovers} fences of live writers={fences}"
+        with PulsarMap[str, int](other, topic, admin_url=pulsar_endpoint.admin_url) as reader:
+            assert reader.items(latest=True).result(30) == {f"w{i}": i for i in range(len(maps))}
     finally:
         for m in maps:
             m.close()
