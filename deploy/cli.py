@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from pulsar_state.deploy.distribution import DEFAULT_PULSAR_VERSION, PulsarDistribution
+from pulsar_state.deploy.errors import BrokerError
 from pulsar_state.deploy.standalone import StandaloneBroker
-from pulsar_state.errors import BrokerError
 
 __all__ = ["broker", "default_data_dir"]
 

@@ -21,10 +21,11 @@ import pulsar
 from pulsar_state.cli_options import client_logger
 from pulsar_state.deploy.cli import default_data_dir
 from pulsar_state.deploy.demo_functions import functions_demo
+from pulsar_state.deploy.errors import PulsarAdminError
 from pulsar_state.deploy.function_ready import DeployedFunction
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 from pulsar_state.deploy.standalone import StandaloneBroker
-from pulsar_state.errors import PulsarAdminError, PulsarStateError
+from pulsar_state.errors import PulsarStateError
 from pulsar_state.pulsar_map import PulsarMap
 
 __all__ = ["demo", "smoke_demo"]

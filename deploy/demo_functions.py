@@ -21,11 +21,11 @@ import yaml
 from pulsar_state.cli_options import client_logger
 from pulsar_state.connectors.sink import open_backend
 from pulsar_state.connectors.sql_backend import SinkDatabaseError
+from pulsar_state.deploy.errors import PulsarAdminError
 from pulsar_state.deploy.function_package import build_function_package
 from pulsar_state.deploy.function_ready import DeployedFunction
 from pulsar_state.deploy.functions_deploy import FUNCTIONS, _config_dir, _entry
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
-from pulsar_state.errors import PulsarAdminError
 from pulsar_state.functions.scheduler_member import SchedulerMember
 from pulsar_state.pulsar_map import PulsarMap
 
@@ -129,7 +129,7 @@ def functions_demo(
 
     Each step waits on a condition (instances running and subscribed, a count
     reached, an answer received), bounded, and fails with
-    :class:`~pulsar_state.errors.FunctionNotReadyError` naming the function and
+    :class:`~pulsar_state.deploy.errors.FunctionNotReadyError` naming the function and
     its log (under ``logs_dir`` for the embedded broker).
     """
     click.secho(

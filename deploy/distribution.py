@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from pulsar_state.errors import BrokerSetupError
+from pulsar_state.deploy.errors import BrokerSetupError
 
 __all__ = ["DEFAULT_PULSAR_VERSION", "PulsarDistribution", "default_cache_dir"]
 

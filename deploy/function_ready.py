@@ -9,7 +9,7 @@ reports the instances running *and* every input topic shows the function's
 subscription with a consumer on it; after that, what is sent is seen.
 
 Every wait here has a bound and fails with
-:class:`~pulsar_state.errors.FunctionNotReadyError`, which names the function,
+:class:`~pulsar_state.deploy.errors.FunctionNotReadyError`, which names the function,
 says what was awaited, what was last seen, and where the instances' log is.
 """
 
@@ -24,7 +24,8 @@ from typing import Any, TypeVar
 import pulsar
 
 from pulsar_state.admin import PulsarAdmin, topic_path
-from pulsar_state.errors import FunctionNotReadyError, PulsarStateError
+from pulsar_state.deploy.errors import FunctionNotReadyError
+from pulsar_state.errors import PulsarStateError
 
 __all__ = ["DeployedFunction", "function_log"]
 

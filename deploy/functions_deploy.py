@@ -29,10 +29,11 @@ from typing import Any
 import click
 import yaml
 
+from pulsar_state.deploy.errors import PulsarAdminError
 from pulsar_state.deploy.function_package import build_function_package
 from pulsar_state.deploy.function_ready import DeployedFunction
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
-from pulsar_state.errors import ConfigurationError, PulsarAdminError, PulsarStateError
+from pulsar_state.errors import ConfigurationError, PulsarStateError
 
 __all__ = ["FUNCTIONS", "deploy", "package", "render_config", "undeploy"]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pulsar_state.deploy.distribution import PulsarDistribution
-from pulsar_state.errors import PulsarAdminError
+from pulsar_state.deploy.errors import PulsarAdminError
 
 __all__ = ["PulsarAdminCli"]
 

@@ -34,17 +34,14 @@ from pathlib import Path
 import requests
 
 from pulsar_state.deploy.distribution import PulsarDistribution, java_executable
+from pulsar_state.deploy.errors import BrokerNotRunningError, BrokerStartError
 from pulsar_state.deploy.standalone_config import (
     DEFAULT_PULSAR_MEM,
     StandalonePorts,
     render_functions_worker_yml,
     render_standalone_conf,
 )
-from pulsar_state.errors import (
-    BrokerNotRunningError,
-    BrokerStartError,
-    ConfigurationError,
-)
+from pulsar_state.errors import ConfigurationError
 
 __all__ = ["BrokerInfo", "StandaloneBroker"]
 

@@ -22,7 +22,8 @@ from typing import Any
 import yaml
 
 from pulsar_state.deploy.distribution import PulsarDistribution
-from pulsar_state.errors import ConfigurationError, PortInUseError
+from pulsar_state.deploy.errors import PortInUseError
+from pulsar_state.errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_PULSAR_MEM",

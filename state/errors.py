@@ -4,6 +4,8 @@ Every public call of ``pulsar_state`` raises a :class:`PulsarStateError` (or a
 subclass) for failures it knows about; Pulsar client errors are wrapped with
 ``raise ... from exc`` so the original stays reachable as ``__cause__``.
 ``retriable`` tells a caller whether trying the same call again can succeed.
+The launcher's errors (embedded broker, ``pulsar-admin``, deployed functions)
+live with the launcher, in :mod:`pulsar_state.deploy.errors`, under the same root.
 """
 
 from __future__ import annotations
@@ -12,26 +14,20 @@ __all__ = [
     "AdminUnreachableError",
     "PermissionDeniedError",
     "BadVersionError",
-    "BrokerError",
-    "BrokerNotRunningError",
-    "BrokerSetupError",
-    "BrokerStartError",
     "ConfigurationError",
-    "PortInUseError",
-    "PulsarAdminError",
     "PulsarStateError",
     "InvalidMessageError",
     "MessageHeldBackError",
     "PoisonRecordError",
     "FencedError",
     "ForkedProcessError",
-    "FunctionNotReadyError",
     "NotFoundError",
     "TopicNotFoundError",
     "ResourceBusyError",
     "OperationTimeoutError",
     "StateClosedError",
     "StateTopicError",
+    "TooManyOpsError",
     "ValueTooLargeError",
     "WriteFailedError",
 ]
@@ -128,19 +124,6 @@ class OperationTimeoutError(PulsarStateError, TimeoutError):
     retriable = True
 
 
-class FunctionNotReadyError(OperationTimeoutError):
-    """A deployed Pulsar Function did not run, subscribe or answer in time.
-
-    ``function`` is its ``tenant/namespace/name``; ``log`` says where its
-    instances' log is (a path on this machine, or where on the worker).
-    """
-
-    def __init__(self, message: str, *, function: str, log: str) -> None:
-        self.function = function
-        self.log = log
-        super().__init__(f"{message} (function {function}; its log: {log})")
-
-
 class ValueTooLargeError(PulsarStateError, ValueError):
     """A write is larger than one Pulsar entry may be (``max_write_bytes``)."""
 
@@ -148,6 +131,25 @@ class ValueTooLargeError(PulsarStateError, ValueError):
         self.size = size
         self.limit = limit
         super().__init__(f"write of {size} bytes exceeds max_write_bytes={limit}")
+
+
+class TooManyOpsError(ValueTooLargeError):
+    """A write holds more ops than ``max_ops_per_write`` allows.
+
+    ``count`` is the number of ops the write had, ``limit`` the configured
+    maximum. A :class:`ValueTooLargeError`, so code that catches the broader
+    "this write is too large" keeps working.
+    """
+
+    def __init__(self, count: int, limit: int) -> None:
+        self.count = count
+        self.size = count
+        self.limit = limit
+        PulsarStateError.__init__(
+            self,
+            f"write of {count} ops exceeds max_ops_per_write={limit}: split it into "
+            "smaller writes or raise StateConfig(max_ops_per_write=...)",
+        )
 
 
 class InvalidMessageError(PulsarStateError):
@@ -200,60 +202,3 @@ class NotFoundError(PulsarStateError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "not found"
-
-
-# -- the embedded broker -------------------------------------------------------
-
-
-class BrokerError(PulsarStateError):
-    """The embedded Pulsar standalone could not be obtained, started or reached.
-
-    ``log_tail`` holds the last lines of the relevant log, when there is one.
-    """
-
-    def __init__(self, message: str, *, log_tail: str = "") -> None:
-        self.log_tail = log_tail
-        if log_tail:
-            message = f"{message}\n--- last log lines ---\n{log_tail}"
-        super().__init__(message)
-
-
-class BrokerSetupError(BrokerError):
-    """A prerequisite is missing (Java, Maven) or the distribution is unusable."""
-
-
-class BrokerStartError(BrokerError):
-    """The standalone process exited early or did not become ready in time."""
-
-    retriable = True
-
-
-class PortInUseError(BrokerStartError):
-    """A port the standalone must listen on is taken by another process."""
-
-    retriable = False
-
-    def __init__(self, port: int, purpose: str) -> None:
-        self.port = port
-        self.purpose = purpose
-        super().__init__(
-            f"port {port} ({purpose}) on 127.0.0.1 is already in use by another process; "
-            "stop that process or start the broker with another --data-dir"
-        )
-
-
-class BrokerNotRunningError(BrokerError):
-    """No standalone started by this tool runs on the given data directory."""
-
-
-class PulsarAdminError(PulsarStateError):
-    """``pulsar-admin`` exited non-zero; ``output`` is what it printed."""
-
-    def __init__(self, args: list[str], returncode: int, output: str) -> None:
-        self.args_used = args
-        self.returncode = returncode
-        self.output = output
-        super().__init__(
-            f"pulsar-admin {' '.join(args[:3])} ... failed (exit {returncode}): "
-            f"{output.strip()[-1500:]}"
-        )

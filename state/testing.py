@@ -34,8 +34,9 @@ import os
 from pathlib import Path
 from types import TracebackType
 
+from pulsar_state.deploy.errors import BrokerNotRunningError
 from pulsar_state.deploy.standalone import StandaloneBroker
-from pulsar_state.errors import BrokerNotRunningError, ConfigurationError
+from pulsar_state.errors import ConfigurationError
 
 __all__ = ["EmbeddedPulsar"]
 

@@ -47,6 +47,7 @@ from pulsar_state.errors import (
     PermissionDeniedError,
     PulsarStateError,
     StateClosedError,
+    TooManyOpsError,
     ValueTooLargeError,
     WriteFailedError,
 )
@@ -437,7 +438,7 @@ class Writer(Generic[S, Op]):
         if not ops:
             return None
         if len(ops) > self._config.max_ops_per_write:
-            raise ValueTooLargeError(len(ops), self._config.max_ops_per_write)
+            raise TooManyOpsError(len(ops), self._config.max_ops_per_write)
         out = [self._codec.encode(op) for op in ops]
         size = _size(out)
         if size > self._config.max_write_bytes:

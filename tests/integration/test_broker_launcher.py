@@ -12,9 +12,9 @@ import pytest
 import requests
 from harness import PulsarEndpoint
 
+from pulsar_state.deploy.errors import PortInUseError
 from pulsar_state.deploy.standalone import StandaloneBroker
 from pulsar_state.deploy.standalone_config import StandalonePorts
-from pulsar_state.errors import PortInUseError
 
 
 def _group_members(pgid: int) -> list[int]:

@@ -9,8 +9,8 @@ import pytest
 from harness import PulsarEndpoint, unique_name
 
 from pulsar_state.deploy.demo import smoke_demo
+from pulsar_state.deploy.errors import FunctionNotReadyError
 from pulsar_state.deploy.function_ready import DeployedFunction
-from pulsar_state.errors import FunctionNotReadyError
 
 
 # one function deployed and deleted with pulsar-admin (a JVM per call) on a busy host

@@ -16,8 +16,9 @@ import pytest
 from harness import PulsarEndpoint, unique_topic
 
 from pulsar_state import PulsarMap
+from pulsar_state.deploy.errors import BrokerNotRunningError
 from pulsar_state.deploy.standalone import StandaloneBroker
-from pulsar_state.errors import BrokerNotRunningError, ConfigurationError, PulsarStateError
+from pulsar_state.errors import ConfigurationError, PulsarStateError
 from pulsar_state.testing import EmbeddedPulsar
 
 

@@ -11,12 +11,13 @@ import yaml
 
 from pulsar_state.deploy import distribution as dist_mod
 from pulsar_state.deploy.distribution import PulsarDistribution, _java_major, default_cache_dir
+from pulsar_state.deploy.errors import BrokerSetupError
 from pulsar_state.deploy.standalone_config import (
     StandalonePorts,
     render_functions_worker_yml,
     render_standalone_conf,
 )
-from pulsar_state.errors import BrokerSetupError, ConfigurationError, PulsarStateError
+from pulsar_state.errors import ConfigurationError, PulsarStateError
 
 
 def _fake_distribution(tmp_path: Path, version: str = "9.9.9") -> PulsarDistribution:
