@@ -34,7 +34,7 @@ from pulsar_state.admin import PulsarAdmin
 from pulsar_state.errors import OperationTimeoutError, PermissionDeniedError, StateTopicError
 from pulsar_state.manager import full_topic_name
 from pulsar_state.op_codec import OpCodec
-from pulsar_state.replay import LogReplay
+from pulsar_state.replay import AppliedWrite, LogReplay
 
 __all__ = ["TopicView"]
 
@@ -111,6 +111,10 @@ class TopicView(Generic[S, Op]):
             raise StateTopicError(f"cannot read {self.topic}: {exc}") from exc
         self._replay.flush()
         return self._replay.state
+
+    def add_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
+        """Call ``listener`` after each write this view applies (its ops, its position)."""
+        self._replay.add_listener(listener)
 
     def follow(self, poll_s: float = 0.2) -> Iterator[S]:
         """Apply new messages as they arrive; yield the state after each message
