@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
@@ -10,7 +11,8 @@ from typing import Any, TypeVar
 import click
 import pulsar
 
-from pulsar_state.errors import StateTopicError
+from pulsar_state.cluster_auth import ClusterAuth
+from pulsar_state.errors import ConfigurationError, StateTopicError
 from pulsar_state.manager import full_topic_name
 from pulsar_state.op_codec import OpCodec
 from pulsar_state.topic_view import TopicView
@@ -18,6 +20,8 @@ from pulsar_state.topic_view import TopicView
 __all__ = [
     "TopicMissingError",
     "admin_headers",
+    "auth_options",
+    "cluster_auth",
     "cluster_client",
     "cluster_options",
     "read_only_view",
@@ -29,15 +33,67 @@ S = TypeVar("S")
 Op = TypeVar("Op")
 
 
+def auth_options(fn: F) -> F:
+    """Authentication and TLS trust, spelled as ``pulsar-admin`` and ``pulsar-client`` spell them.
+
+    ``--auth-plugin`` / ``--auth-params`` (env ``PULSAR_AUTH_PLUGIN`` /
+    ``PULSAR_AUTH_PARAMS``), the shorthand ``--auth-token`` (``PULSAR_AUTH_TOKEN``),
+    ``--tls-trust-cert-path`` (``PULSAR_TLS_TRUST_CERT_PATH``), ``--tls-allow-insecure``
+    (``PULSAR_TLS_ALLOW_INSECURE``) and ``--tls-enable-hostname-verification``
+    (``PULSAR_TLS_ENABLE_HOSTNAME_VERIFICATION``). :func:`cluster_auth` reads them.
+    """
+    options = [
+        click.option(
+            "--auth-token",
+            envvar="PULSAR_AUTH_TOKEN",
+            default=None,
+            help="JWT for the broker and the admin API (env PULSAR_AUTH_TOKEN); "
+            "short for --auth-plugin token --auth-params token:JWT.",
+        ),
+        click.option(
+            "--auth-plugin",
+            envvar="PULSAR_AUTH_PLUGIN",
+            default=None,
+            help="token, basic, tls, oauth2, or the plugin's class name as in client.conf "
+            "(env PULSAR_AUTH_PLUGIN).",
+        ),
+        click.option(
+            "--auth-params",
+            envvar="PULSAR_AUTH_PARAMS",
+            default=None,
+            help="The plugin's parameters, e.g. token:JWT, file:///path/to/token, "
+            "tlsCertFile:/c.pem,tlsKeyFile:/k.pem (env PULSAR_AUTH_PARAMS).",
+        ),
+        click.option(
+            "--tls-trust-cert-path",
+            envvar="PULSAR_TLS_TRUST_CERT_PATH",
+            type=click.Path(exists=True, dir_okay=False),
+            default=None,
+            help="CA certificates that sign the cluster's (env PULSAR_TLS_TRUST_CERT_PATH).",
+        ),
+        click.option(
+            "--tls-allow-insecure",
+            envvar="PULSAR_TLS_ALLOW_INSECURE",
+            is_flag=True,
+            help="Accept any server certificate (env PULSAR_TLS_ALLOW_INSECURE).",
+        ),
+        click.option(
+            "--tls-enable-hostname-verification",
+            envvar="PULSAR_TLS_ENABLE_HOSTNAME_VERIFICATION",
+            is_flag=True,
+            help="Check the broker's host name against its certificate "
+            "(env PULSAR_TLS_ENABLE_HOSTNAME_VERIFICATION).",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
 def cluster_options(fn: F) -> F:
-    """``--service-url``, ``--admin-url`` and ``--auth-token``, with ``PULSAR_SERVICE_URL``,
-    ``PULSAR_ADMIN_URL`` and ``PULSAR_AUTH_TOKEN``."""
-    fn = click.option(
-        "--auth-token",
-        envvar="PULSAR_AUTH_TOKEN",
-        default=None,
-        help="JWT for the broker and the admin API (env PULSAR_AUTH_TOKEN).",
-    )(fn)
+    """``--service-url`` and ``--admin-url`` (env ``PULSAR_SERVICE_URL``,
+    ``PULSAR_ADMIN_URL``) and the :func:`auth_options`."""
+    fn = auth_options(fn)
     fn = click.option(
         "--admin-url",
         envvar="PULSAR_ADMIN_URL",
@@ -53,6 +109,22 @@ def cluster_options(fn: F) -> F:
         help="Broker URL (env PULSAR_SERVICE_URL).",
     )(fn)
     return fn
+
+
+def cluster_auth(opts: Mapping[str, Any]) -> ClusterAuth:
+    """The :func:`auth_options` of a command as a :class:`ClusterAuth`; bad ones are usage errors.
+
+    A trust bundle also becomes ``REQUESTS_CA_BUNDLE`` for this process (unless
+    set), so that every admin REST call (the state core's included) trusts it.
+    """
+    try:
+        auth = ClusterAuth.from_options(opts)
+        auth.admin_headers()  # an unusable combination fails here, not mid-command
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if auth.tls_trust_cert_path:
+        os.environ.setdefault("REQUESTS_CA_BUNDLE", auth.tls_trust_cert_path)
+    return auth
 
 
 _CLIENT_LOG_LEVEL = [pulsar.LoggerLevel.Error]
@@ -87,21 +159,34 @@ class TopicMissingError(click.ClickException):
     exit_code = 3
 
 
-def admin_headers(auth_token: str | None) -> dict[str, str] | None:
-    return {"Authorization": f"Bearer {auth_token}"} if auth_token else None
+def _auth(auth: ClusterAuth | str | None) -> ClusterAuth:
+    if isinstance(auth, ClusterAuth):
+        return auth
+    return ClusterAuth(auth_token=auth or None)
+
+
+def admin_headers(auth: ClusterAuth | str | None) -> dict[str, str] | None:
+    """The admin API's headers for ``auth`` (a :class:`ClusterAuth`, or a bare token)."""
+    try:
+        return _auth(auth).admin_headers()
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from exc
 
 
 @contextlib.contextmanager
 def cluster_client(
-    service_url: str, timeout_s: float = 30.0, auth_token: str | None = None
+    service_url: str, timeout_s: float = 30.0, auth: ClusterAuth | str | None = None
 ) -> Iterator[pulsar.Client]:
-    """A client for one command; a bad URL is a clear CLI error; closed afterwards."""
+    """A client for one command; a bad URL is a clear CLI error; closed afterwards.
+
+    ``auth``: a :class:`ClusterAuth` (see :func:`cluster_auth`), or a bare token.
+    """
     try:
         client = pulsar.Client(
             service_url,
-            authentication=pulsar.AuthenticationToken(auth_token) if auth_token else None,
             operation_timeout_seconds=max(1, int(timeout_s)),
             logger=client_logger(),
+            **_auth(auth).client_kwargs(),
         )
     except (pulsar.PulsarException, ValueError) as exc:
         raise click.ClickException(f"cannot use {service_url}: {exc}") from exc
@@ -124,12 +209,13 @@ def read_only_view(
     """A read-only :class:`TopicView` of ``opts["topic"]`` for one command.
 
     ``opts`` holds the :func:`cluster_options` (``service_url``, ``admin_url``,
-    ``auth_token``) and ``topic``. The client is opened first (a bad URL is a
+    the :func:`auth_options`) and ``topic``. The client is opened first (a bad URL is a
     CLI error); ``errors()`` then covers the view's open and the caller's reads;
     the view and the client are closed afterwards.
     """
+    auth = cluster_auth(opts)
     with (
-        cluster_client(opts["service_url"], timeout_s, opts["auth_token"]) as client,
+        cluster_client(opts["service_url"], timeout_s, auth) as client,
         errors(),
         TopicView(
             client=client,
@@ -138,7 +224,7 @@ def read_only_view(
             initializer=initializer,
             applier=applier,
             admin_url=opts["admin_url"],
-            admin_headers=admin_headers(opts["auth_token"]),
+            admin_headers=auth.admin_headers(),
             timeout_s=timeout_s,
         ) as view,
     ):

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from pulsar_state.cli_options import (
     TopicMissingError,
-    admin_headers,
+    cluster_auth,
     cluster_client,
     cluster_options,
     read_only_view,
@@ -60,13 +60,13 @@ def _open_map(ctx: click.Context) -> Iterator[PulsarMap[str, Any]]:
     """The map, for writing (creates and protects the topic)."""
     opts = ctx.obj
     with (
-        cluster_client(opts["service_url"], opts["timeout"], opts["auth_token"]) as client,
+        cluster_client(opts["service_url"], opts["timeout"], cluster_auth(opts)) as client,
         _errors(),
         PulsarMap[str, Any](
             client,
             opts["topic"],
             admin_url=opts["admin_url"],
-            admin_headers=admin_headers(opts["auth_token"]),
+            admin_headers=cluster_auth(opts).admin_headers(),
             config=StateConfig(operation_timeout_s=opts["timeout"]),
         ) as m,
     ):
@@ -111,7 +111,7 @@ def map_group(ctx: click.Context, /, **options: Any) -> None:
     """
     if options["timeout"] <= 0:
         raise click.BadParameter(f"must be > 0, got {options['timeout']}", param_hint="--timeout")
-    # topic, service_url, admin_url, auth_token, timeout
+    # topic, service_url, admin_url, the auth options, timeout
     ctx.obj = options
 
 

@@ -26,7 +26,7 @@ import pulsar
 
 from pulsar_state.cli_options import (
     TopicMissingError,
-    admin_headers,
+    cluster_auth,
     cluster_client,
     cluster_options,
     read_only_view,
@@ -71,13 +71,13 @@ def _open_store(ctx: click.Context) -> Iterator[MetadataStore]:
     """The store, for writing (creates and protects the topic, opens a session)."""
     opts = ctx.obj
     with (
-        cluster_client(opts["service_url"], _TIMEOUT_S, opts["auth_token"]) as client,
+        cluster_client(opts["service_url"], _TIMEOUT_S, cluster_auth(opts)) as client,
         _errors(),
         MetadataStore(
             client,
             opts["topic"],
             admin_url=opts["admin_url"],
-            admin_headers=admin_headers(opts["auth_token"]),
+            admin_headers=cluster_auth(opts).admin_headers(),
         ) as store,
     ):
         yield store
@@ -121,7 +121,7 @@ def meta_group(ctx: click.Context, /, **options: Any) -> None:
 
     get, ls and watch only read: no topic is created and nothing is changed.
     """
-    # topic, service_url, admin_url, auth_token
+    # topic, service_url, admin_url, the auth options
     ctx.obj = options
 
 
