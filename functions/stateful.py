@@ -76,15 +76,28 @@ class FunctionState:
     def __init__(self, lookup: Callable[[str], Any]) -> None:
         self._lookup = lookup
         self._counters: dict[str, int] = {}
+        #: counters deleted by this message (they start again from 0)
+        self._reset: set[str] = set()
         self._values: dict[str, dict[str, str] | None] = {}
 
     def incr_counter(self, key: str, amount: int = 1) -> None:
-        if not isinstance(amount, int):
+        if not isinstance(amount, int) or isinstance(amount, bool):
             raise TypeError(f"counter increments are int, got {type(amount).__name__}")
         self._counters[key] = self._counters.get(key, 0) + amount
 
+    def find_counter(self, key: str) -> int | None:
+        """The counter's value, ``None`` when it was never set (or was deleted)."""
+        stored = None if key in self._reset else self._lookup(f"counter/{key}")
+        if stored is None and key not in self._counters:
+            return None
+        return int(stored or 0) + self._counters.get(key, 0)
+
     def get_counter(self, key: str) -> int:
-        return int(self._lookup(f"counter/{key}") or 0) + self._counters.get(key, 0)
+        return self.find_counter(key) or 0
+
+    def del_counter(self, key: str) -> None:
+        self._counters.pop(key, None)
+        self._reset.add(key)
 
     def put_state(self, key: str, value: bytes | str) -> None:
         self._values[key] = _encode(value)
@@ -100,11 +113,17 @@ class FunctionState:
     def ops(self, latest: dict[str, Any]) -> list[MapOp[str, Any]]:
         """This message's changes as map ops against the latest state."""
         ops: list[MapOp[str, Any]] = []
+        for key in sorted(self._reset - self._counters.keys()):
+            if f"counter/{key}" in latest:
+                ops.append(MapOp(f"counter/{key}", MapOp.DELETE))
         for key, delta in self._counters.items():
-            total = int(latest.get(f"counter/{key}", 0)) + delta
-            ops.append(MapOp(f"counter/{key}", total))
+            base = 0 if key in self._reset else int(latest.get(f"counter/{key}", 0))
+            ops.append(MapOp(f"counter/{key}", base + delta))
         for key, stored in self._values.items():
-            ops.append(MapOp(f"state/{key}", MapOp.DELETE if stored is None else stored))
+            if stored is not None:
+                ops.append(MapOp(f"state/{key}", stored))
+            elif f"state/{key}" in latest:
+                ops.append(MapOp(f"state/{key}", MapOp.DELETE))
         return ops
 
 
