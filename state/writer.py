@@ -5,10 +5,11 @@ topic (PIP-68), runs the request's generator against the caught-up state,
 publishes the resulting ops as one entry, and hands the request's future to the
 tailer, which completes it once the write is applied locally (read-your-writes).
 
-Gaining the topic: create the exclusive producer, append an epoch marker, wait
-until the tailer has applied it. From then on nothing of an earlier writer can
-land, so the local state is the latest, and the marker's position is this
-writer's fencing epoch.
+Gaining the topic (:mod:`~pulsar_state.topic_holder`): create the exclusive
+producer, append an epoch marker, wait until the tailer has applied it. From
+then on nothing of an earlier writer can land, so the local state is the
+latest, and the marker's position is this writer's fencing epoch. A write's
+messages go out as one entry (:mod:`~pulsar_state.entry_sender`).
 
 Losing the topic: a publish that fails (fenced by a newer writer, broker gone,
 timed out) closes the producer; the affected requests are re-queued in order.
@@ -28,19 +29,18 @@ import collections
 import contextlib
 import logging
 import queue
-import random
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import pulsar
 
 from pulsar_state import forks, futures, metrics
 from pulsar_state.config import StateConfig
+from pulsar_state.entry_sender import Acks, PublishFailedError, entry_size, send_entry
 from pulsar_state.errors import (
     FencedError,
     OperationTimeoutError,
@@ -55,91 +55,23 @@ from pulsar_state.op_codec import OpCodec
 from pulsar_state.position import Position
 from pulsar_state.snapshot import Snapshotter
 from pulsar_state.tailer import Tailer
-from pulsar_state.takeover import TakeoverLimiter
-from pulsar_state.topic_format import (
-    MESSAGE_OVERHEAD_BYTES,
-    OutgoingMessage,
-    commit_message,
-    epoch_message,
-    epoch_of,
-    op_messages,
-    write_message,
-)
+from pulsar_state.topic_format import commit_message, op_messages, write_message
+from pulsar_state.topic_holder import TopicHolder
+from pulsar_state.write_request import WriteRequest
 
-__all__ = ["WriteRequest", "Writer"]
+__all__ = ["Writer"]
 
 log = logging.getLogger(__name__)
 
 S = TypeVar("S")
 Op = TypeVar("Op")
 
-_ACCESS = {
-    "fencing": pulsar.ProducerAccessMode.ExclusiveWithFencing,
-    "wait": pulsar.ProducerAccessMode.WaitForExclusive,
-    "exclusive": pulsar.ProducerAccessMode.Exclusive,
-}
-
-#: adaptive mode: writers that timed out behind one holder wait a random part of
-#: this before deciding to fence it. It only follows a whole operation timeout
-#: (30 s by default), so a second more of failover buys far fewer double takeovers.
-_TAKEOVER_SPREAD_S = 1.0
-
 #: wakes the writer thread without a request (e.g. a stale write was seen)
 _WAKE = object()
 
 
-def _new_write_id() -> str:
-    """Unique per process (random, made anew in a forked child) and per write (a counter)."""
-    return f"{forks.process_id()}-{forks.next_seq()}"
-
-
-@dataclass(eq=False)
-class WriteRequest(Generic[S, Op]):
-    generator: Callable[[S], Any]
-    blind: bool
-    future: Future[Position] = field(default_factory=Future)
-    write_id: str = field(default_factory=_new_write_id)
-    attempts: int = 0
-    submitted: float = field(default_factory=time.monotonic)
-    #: the writer has taken it up: from then on cancelling the future fails
-    started: bool = False
-
-    def start(self) -> bool:
-        """Take the request up; ``False``: cancelled while queued (never written).
-
-        Once started the future is running, and ``cancel()`` (also asyncio's,
-        for an awaiting task that is cancelled) no longer takes it: the write
-        may land, and the future completes as usual.
-        """
-        if self.started:
-            return not self.future.done()
-        self.started = True
-        return self.future.set_running_or_notify_cancel()
-
-
-def _ignore(result: object, msg_id: object) -> None:
-    """Acks of all but an entry's last message (the last one reports for all)."""
-
-
-class _NoCallback:
-    """The callback for all but an entry's last message.
-
-    ``None``: the C++ client checks for an empty callback (``ProducerImpl::
-    sendAsync``), which spares a call into Python (and a GIL hand-off) per
-    message; ``_ignore`` once a client build refuses ``None``.
-    """
-
-    value: Any = None
-
-
-def _size(ops: list[tuple[str | None, bytes]]) -> int:
-    return sum(len(key or "") + len(payload) + MESSAGE_OVERHEAD_BYTES for key, payload in ops)
-
-
-class _PublishFailedError(Exception):
-    def __init__(self, result: object) -> None:
-        super().__init__(str(result))
-        self.result = result
+def _stale() -> FencedError:
+    return FencedError("a write landed stale: another writer holds the topic")
 
 
 class _CatchUpFailedError(Exception):
@@ -148,37 +80,6 @@ class _CatchUpFailedError(Exception):
     def __init__(self, cause: OperationTimeoutError) -> None:
         super().__init__(str(cause))
         self.cause = cause
-
-
-class _Acks:
-    """Counts down the acks of one entry; remembers the first failure."""
-
-    def __init__(self, count: int) -> None:
-        self._remaining = count
-        self._done = threading.Event()
-        self.error: object | None = None
-        self.last: Position | None = None
-        self._lock = threading.Lock()
-
-    def callback(self, result: pulsar.Result, msg_id: pulsar.MessageId) -> None:
-        with self._lock:
-            if result != pulsar.Result.Ok:
-                if self.error is None:
-                    self.error = result
-            else:
-                pos = Position.from_message_id(msg_id)
-                if self.last is None or pos > self.last:
-                    self.last = pos
-            self._remaining -= 1
-            if self._remaining <= 0:
-                self._done.set()
-
-    def wait(self, timeout_s: float) -> Position:
-        if not self._done.wait(timeout_s):
-            raise _PublishFailedError("no acknowledgement in time")
-        if self.error is not None or self.last is None:
-            raise _PublishFailedError(self.error)
-        return self.last
 
 
 class Writer(Generic[S, Op]):
@@ -196,19 +97,10 @@ class Writer(Generic[S, Op]):
         snapshotter: Snapshotter[S] | None = None,
         snapshot_every: int = 0,
     ) -> None:
-        self._client = client
         self._snapshotter = snapshotter
         self._snapshot_every = snapshot_every
         self._snapshot_at = tailer.applied_writes
         self._compactable = compactable
-        self._acquisitions = 0
-        self._losses = 0  # consecutive losses of the topic: contention backoff
-        self._takeovers = (
-            TakeoverLimiter(rate_per_s=config.max_takeovers_per_s, burst=config.takeover_burst)
-            if config.access_mode in ("fencing", "adaptive")
-            and config.max_takeovers_per_s is not None
-            else None
-        )
         self._topic = topic
         self._tailer = tailer
         self._codec = codec
@@ -223,15 +115,17 @@ class Writer(Generic[S, Op]):
         self._fenced = threading.Event()
         self._resubmit: list[WriteRequest[S, Op]] = []
         tailer.on_outcome = self._on_outcome
-        self._producer: pulsar.Producer | None = None
-        self._held_since = 0.0  # monotonic time the current tenure began
-        #: adaptive mode: the holder did not let go within a wait, fence it next
-        self._fence_next = False
-        self._wait_epoch = 0  # the tailer's epoch when the current wait began
-        self._epoch: int | None = None
         self._last_sent: Position | None = None
         self._closed = False
         self.writer_id = uuid.uuid4().hex[:12]
+        self._holder = TopicHolder(
+            client=client,
+            topic=topic,
+            tailer=tailer,
+            config=config,
+            writer_id=self.writer_id,
+            compactable=compactable,
+        )
         self._labels = (topic,)
         self._m_writes = metrics.WRITES.labels(topic)
         self._m_write_seconds = metrics.WRITE_SECONDS.labels(topic)
@@ -243,7 +137,7 @@ class Writer(Generic[S, Op]):
     @property
     def epoch(self) -> int | None:
         """The fencing epoch while this writer holds the topic, else ``None``."""
-        return self._epoch
+        return self._holder.epoch
 
     def submit(self, generator: Callable[[S], Any], *, blind: bool = False) -> Future[Position]:
         if self._closed:
@@ -258,7 +152,7 @@ class Writer(Generic[S, Op]):
         self._closed = True
         self._queue.put(None)
         self._thread.join(timeout=self._config.operation_timeout_s)
-        self._release()
+        self._holder.release()
         if self._snapshotter is not None:
             self._snapshotter.close()
         while True:  # anything still queued fails
@@ -317,15 +211,15 @@ class Writer(Generic[S, Op]):
             if self._recover():
                 continue
             idle = self._config.effective_idle_release_s
-            request = self._next(idle if self._producer is not None else None)
+            request = self._next(idle if self._holder.producer is not None else None)
             if request is None:
                 if self._closed:
-                    self._release()  # this thread may have gained it after close()
+                    self._holder.release()  # this thread may have gained it after close()
                     return
-                if self._fenced.is_set() and self._producer is not None:
-                    self._lost(FencedError("a write landed stale: another writer holds the topic"))
-                elif self._producer is not None and idle is not None and not self._pending:
-                    self._release()
+                if self._fenced.is_set() and self._holder.producer is not None:
+                    self._holder.lost(_stale())
+                elif self._holder.producer is not None and idle is not None and not self._pending:
+                    self._holder.release()
                 continue
             if self._closed:
                 futures.set_exception(
@@ -341,10 +235,10 @@ class Writer(Generic[S, Op]):
                     futures.set_exception(r.future, PulsarStateError(f"writer failed: {exc!r}"))
 
     def _process(self, group: list[WriteRequest[S, Op]]) -> None:
-        if self._fenced.is_set() and self._producer is not None:
-            self._lost(FencedError("a write landed stale: another writer holds the topic"))
-        elif self._tenure_over():
-            self._release()  # writers queued behind us go first; we queue again
+        if self._fenced.is_set() and self._holder.producer is not None:
+            self._holder.lost(_stale())
+        elif self._holder.tenure_over(busy=bool(self._pending)):
+            self._holder.release()  # writers queued behind us go first; we queue again
         try:
             self._acquire()
         except PulsarStateError as exc:
@@ -440,7 +334,7 @@ class Writer(Generic[S, Op]):
         if len(ops) > self._config.max_ops_per_write:
             raise TooManyOpsError(len(ops), self._config.max_ops_per_write)
         out = [self._codec.encode(op) for op in ops]
-        size = _size(out)
+        size = entry_size(out)
         if size > self._config.max_write_bytes:
             raise ValueTooLargeError(size, self._config.max_write_bytes)
         return out, size
@@ -450,20 +344,20 @@ class Writer(Generic[S, Op]):
     ) -> None:
         """Publish the members' ops and one commit marker naming them, as one entry
         (a lone single-op write: one self-committing message)."""
-        producer = self._producer
-        assert producer is not None and self._epoch is not None
+        producer, epoch = self._holder.producer, self._holder.epoch
+        assert producer is not None and epoch is not None
         if len(members) == 1 and len(ops) == 1 and ops[0][1]:
             # the commonest write (a put): one self-committing message
             key, payload = ops[0]
-            messages = [write_message(members[0].write_id, key, payload, self._epoch)]
+            messages = [write_message(members[0].write_id, key, payload, epoch)]
         else:
             group_id = f"{self.writer_id}-g{forks.next_seq()}"
-            messages = op_messages(group_id, ops, self._epoch)
+            messages = op_messages(group_id, ops, epoch)
             messages.append(
                 commit_message(
                     group_id,
                     len(ops),
-                    self._epoch,
+                    epoch,
                     keep=not self._compactable,
                     members=[r.write_id for r in members],
                 )
@@ -473,16 +367,16 @@ class Writer(Generic[S, Op]):
         for request in members:
             self._pending[request.write_id] = request
         self._inflight.append(members)
-        acks = _Acks(1)  # an entry is stored whole or not at all: its last ack tells
+        acks = Acks(1)  # an entry is stored whole or not at all: its last ack tells
         try:
-            last = self._send_entry(producer, messages, acks)
-        except (pulsar.PulsarException, _PublishFailedError) as exc:
+            last = send_entry(producer, messages, acks, timeout_s=self._config.send_timeout_s + 5)
+        except (pulsar.PulsarException, PublishFailedError) as exc:
             # it may still have landed (a timeout): after regaining the topic,
             # whatever is not applied by then is re-run (_requeue_unresolved)
-            self._lost(exc)
+            self._holder.lost(exc)
             return
         self._last_sent = last
-        self._losses = 0
+        self._holder.losses = 0
         self._m_writes.inc(len(members))
         self._repair()
         self._maybe_snapshot()
@@ -504,9 +398,9 @@ class Writer(Generic[S, Op]):
         self._trim_inflight()
         if self._closed:
             return False
-        if self._fenced.is_set() and self._producer is not None:
-            self._lost(FencedError("a write landed stale: another writer holds the topic"))
-        if self._producer is not None or not (self._inflight or self._resubmit):
+        if self._fenced.is_set() and self._holder.producer is not None:
+            self._holder.lost(_stale())
+        if self._holder.producer is not None or not (self._inflight or self._resubmit):
             return False
         try:
             self._acquire()
@@ -582,29 +476,6 @@ class Writer(Generic[S, Op]):
             except Exception:  # a snapshot is an optimisation: never fail a write for it
                 log.exception("snapshot of %s failed", self._topic)
 
-    def _send_entry(
-        self, producer: pulsar.Producer, messages: list[OutgoingMessage], acks: _Acks
-    ) -> Position:
-        """Send ``messages`` as one entry; the last one's ack reports for all."""
-        for m in messages[:-1]:
-            try:
-                producer.send_async(
-                    m.payload, _NoCallback.value, properties=m.properties, partition_key=m.key
-                )
-            except TypeError:  # refused before anything was sent
-                if _NoCallback.value is _ignore:
-                    raise
-                _NoCallback.value = _ignore
-                producer.send_async(
-                    m.payload, _ignore, properties=m.properties, partition_key=m.key
-                )
-        last = messages[-1]
-        producer.send_async(
-            last.payload, acks.callback, properties=last.properties, partition_key=last.key
-        )
-        producer.flush()
-        return acks.wait(self._config.send_timeout_s + 5)
-
     def _complete(self, request: WriteRequest[S, Op], landed: Position) -> None:
         if futures.set_result(request.future, landed):
             self._m_write_seconds.observe(time.monotonic() - request.submitted)
@@ -612,7 +483,7 @@ class Writer(Generic[S, Op]):
     def _repair(self) -> None:
         """Re-assert the current value of keys a stale write touched (see topic_format)."""
         repair = getattr(self._codec, "repair", None)
-        if repair is None or not self._tailer.stale_keys or self._producer is None:
+        if repair is None or not self._tailer.stale_keys or self._holder.producer is None:
             return
         with self._tailer.lock:
             keys = dict(self._tailer.stale_keys)
@@ -626,127 +497,16 @@ class Writer(Generic[S, Op]):
 
         request.future.add_done_callback(forget)
 
-    # -- holding the topic ----------------------------------------------------
-
-    def _tenure_over(self) -> bool:
-        """Queueing modes: we held the topic for ``max_tenure_s`` and have
-        nothing in flight, so it is the next waiting writer's turn."""
-        limit = self._config.max_tenure_s
-        return (
-            self._config.queueing
-            and limit is not None
-            and self._producer is not None
-            and not self._pending
-            and time.monotonic() - self._held_since >= limit
-        )
-
-    def _access_mode(self) -> Any:
-        if self._config.access_mode == "adaptive":
-            if self._fence_next:
-                return pulsar.ProducerAccessMode.ExclusiveWithFencing
-            return pulsar.ProducerAccessMode.WaitForExclusive
-        return _ACCESS[self._config.access_mode]
+    # -- holding the topic (see topic_holder) ---------------------------------
 
     def _acquire(self) -> None:
-        if self._producer is not None:
+        """Gain the topic if we do not hold it, then re-run what the lost tenure left."""
+        if self._holder.producer is not None:
             return
-        if self._losses:  # let the writer that just won make progress
-            retry = self._config.retry
-            retry.sleep(retry.backoff_s(self._losses))
-        if self._fence_next:
-            # writers that timed out together: spread them, then fence only if
-            # nobody gained the topic since our wait began (else queue again).
-            # Two whose turns fall within one takeover's latency (create the
-            # fencing producer, persist its epoch marker: milliseconds) both
-            # fence; the spread makes that rare and a third rarer still.
-            time.sleep(random.uniform(0, _TAKEOVER_SPREAD_S))
-            with contextlib.suppress(OperationTimeoutError):
-                self._tailer.catch_up(self._config.operation_timeout_s)
-            if self._tailer.epoch != self._wait_epoch:
-                self._fence_next = False
-        if not self._fence_next:
-            self._wait_epoch = self._tailer.epoch
-        mode = self._access_mode()
-        fencing = mode == pulsar.ProducerAccessMode.ExclusiveWithFencing
-        if (
-            fencing
-            and self._takeovers is not None
-            and not self._takeovers.acquire(cancelled=lambda: self._closed)
-        ):
-            raise FencedError("closed while waiting for a turn to take the topic over")
-        if fencing and self._config.access_mode == "adaptive":
-            log.info(
-                "writer %s: the holder of %s did not let go within the wait; taking it over",
-                self.writer_id,
-                self._topic,
-            )
-        try:
-            producer = self._client.create_producer(
-                self._topic,
-                access_mode=mode,
-                send_timeout_millis=int(self._config.send_timeout_s * 1000),
-                batching_enabled=True,
-                batching_max_messages=self._config.max_ops_per_write * 2 + 2000,
-                batching_max_allowed_size_in_bytes=self._config.max_write_bytes * 2,
-                batching_max_publish_delay_ms=3_600_000,  # entries end at flush()
-                max_pending_messages=1_000_000,
-                block_if_queue_full=True,
-                properties={"pulsar-state-writer": self.writer_id},
-            )
-        except (pulsar.AuthorizationError, pulsar.AuthenticationError) as exc:
-            raise PermissionDeniedError(
-                f"not permitted to produce on {self._topic} ({exc}): grant the client's role "
-                "the produce permission"
-            ) from exc
-        except pulsar.PulsarException as exc:
-            self._losses += 1
-            if isinstance(exc, pulsar.Timeout) and self._config.access_mode == "adaptive":
-                # the holder kept the topic for a whole operation timeout: it
-                # is frozen, cut off or an orphaned producer; fence it next time
-                self._fence_next = True
-            raise FencedError(f"could not gain the topic: {exc}") from exc
-        if self._closed:  # close() returned while we waited for the topic
-            with contextlib.suppress(pulsar.PulsarException):
-                producer.close()
-            raise StateClosedError("the state manager is closed")
-        if fencing and self._config.access_mode == "adaptive":
-            metrics.TAKEOVERS.labels(*self._labels).inc()
-        self._producer = producer
-        self._held_since = time.monotonic()
-        self._fence_next = False
-        try:
-            acks = _Acks(1)
-            self._acquisitions += 1
-            marker = epoch_message(self.writer_id, self._acquisitions, keep=not self._compactable)
-            position = self._send_entry(producer, [marker], acks)
-            self._tailer.wait_applied(position, self._config.operation_timeout_s)
-        except (pulsar.PulsarException, _PublishFailedError, OperationTimeoutError) as exc:
-            self._lost(exc)
-            raise FencedError(f"lost the topic while gaining it: {exc}") from exc
-        except BaseException:
-            self._release()
-            raise
-        self._epoch = epoch_of(position.ledger, position.entry)
-        self._last_sent = position
+        self._last_sent = self._holder.acquire(closed=lambda: self._closed)
         self._fenced.clear()
         self._requeue_unresolved()
-        log.debug("writer %s holds %s with epoch %s", self.writer_id, self._topic, self._epoch)
         self._repair()
-
-    def _lost(self, exc: BaseException) -> None:
-        fenced = isinstance(exc, pulsar.ProducerFenced) or "Fenced" in str(exc)
-        self._losses += 1
-        if fenced:
-            metrics.FENCES.labels(*self._labels).inc()
-        log.debug("writer %s lost %s (%s)", self.writer_id, self._topic, exc)
-        self._release()
-
-    def _release(self) -> None:
-        producer, self._producer, self._epoch = self._producer, None, None
-        if producer is not None and producer.is_connected():
-            # a fenced producer is closed by the broker already
-            with contextlib.suppress(pulsar.PulsarException):
-                producer.close()
 
     def _retry_later(self, group: list[WriteRequest[S, Op]], exc: BaseException) -> None:
         keep = []

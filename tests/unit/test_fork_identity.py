@@ -5,7 +5,7 @@ from __future__ import annotations
 import multiprocessing
 from multiprocessing.connection import Connection
 
-from pulsar_state.writer import WriteRequest
+from pulsar_state.write_request import WriteRequest
 
 
 def _write_ids(count: int) -> list[str]:

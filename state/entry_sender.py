@@ -1,0 +1,104 @@
+"""Sending one entry: a write's messages go out together, the last ack tells.
+
+The writer's producer batches until ``flush()``, so the messages of one write
+are stored as one BookKeeper entry, whole or not at all. Only the last message
+carries a callback; its acknowledgement reports for the entry.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pulsar
+
+from pulsar_state.position import Position
+from pulsar_state.topic_format import MESSAGE_OVERHEAD_BYTES, OutgoingMessage
+
+__all__ = ["Acks", "PublishFailedError", "entry_size", "send_entry"]
+
+
+class PublishFailedError(Exception):
+    """The broker refused the entry, or its acknowledgement did not come in time."""
+
+    def __init__(self, result: object) -> None:
+        super().__init__(str(result))
+        self.result = result
+
+
+def entry_size(ops: list[tuple[str | None, bytes]]) -> int:
+    """Bytes an entry of these (key, payload)s takes, message overhead included."""
+    return sum(len(key or "") + len(payload) + MESSAGE_OVERHEAD_BYTES for key, payload in ops)
+
+
+class Acks:
+    """Counts down the acks of one entry; remembers the first failure."""
+
+    def __init__(self, count: int) -> None:
+        self._remaining = count
+        self._done = threading.Event()
+        self.error: object | None = None
+        self.last: Position | None = None
+        self._lock = threading.Lock()
+
+    def callback(self, result: pulsar.Result, msg_id: pulsar.MessageId) -> None:
+        with self._lock:
+            if result != pulsar.Result.Ok:
+                if self.error is None:
+                    self.error = result
+            else:
+                pos = Position.from_message_id(msg_id)
+                if self.last is None or pos > self.last:
+                    self.last = pos
+            self._remaining -= 1
+            if self._remaining <= 0:
+                self._done.set()
+
+    def wait(self, timeout_s: float) -> Position:
+        """The entry's position once acknowledged; :class:`PublishFailedError` otherwise."""
+        if not self._done.wait(timeout_s):
+            raise PublishFailedError("no acknowledgement in time")
+        if self.error is not None or self.last is None:
+            raise PublishFailedError(self.error)
+        return self.last
+
+
+def _ignore(result: object, msg_id: object) -> None:
+    """Acks of all but an entry's last message (the last one reports for all)."""
+
+
+class _NoCallback:
+    """The callback for all but an entry's last message.
+
+    ``None``: the C++ client checks for an empty callback (``ProducerImpl::
+    sendAsync``), which spares a call into Python (and a GIL hand-off) per
+    message; ``_ignore`` once a client build refuses ``None``.
+    """
+
+    value: Any = None
+
+
+def send_entry(
+    producer: pulsar.Producer, messages: list[OutgoingMessage], acks: Acks, *, timeout_s: float
+) -> Position:
+    """Send ``messages`` as one entry and wait up to ``timeout_s`` for its ack.
+
+    Raises :class:`PublishFailedError` (refused, or no ack in time) or
+    ``pulsar.PulsarException`` (the producer is closed or fenced).
+    """
+    for m in messages[:-1]:
+        try:
+            producer.send_async(
+                m.payload, _NoCallback.value, properties=m.properties, partition_key=m.key
+            )
+        except TypeError:  # refused before anything was sent
+            if _NoCallback.value is _ignore:
+                raise
+            _NoCallback.value = _ignore
+            producer.send_async(m.payload, _ignore, properties=m.properties, partition_key=m.key)
+    last = messages[-1]
+    producer.send_async(
+        last.payload, acks.callback, properties=last.properties, partition_key=last.key
+    )
+    producer.flush()
+    return acks.wait(timeout_s)

@@ -1,0 +1,225 @@
+"""Holding the state topic: gaining the exclusive producer, letting it go.
+
+PIP-68 access modes decide how a writer gains the topic (see
+:class:`~pulsar_state.config.StateConfig`). Gaining it means: create the
+exclusive producer, append an epoch marker, wait until the tailer has applied
+the marker. From then on nothing of an earlier writer can land, so the local
+state is the latest, and the marker's position is this writer's fencing epoch.
+
+``"adaptive"`` (the default) queues with ``WaitForExclusive``; a holder that
+keeps the topic for a whole operation timeout is frozen, cut off or an orphaned
+producer, and only then is it fenced (``ExclusiveWithFencing``), at most
+``max_takeovers_per_s`` times a second (:mod:`pulsar_state.takeover`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pulsar
+
+from pulsar_state import metrics
+from pulsar_state.config import StateConfig
+from pulsar_state.entry_sender import Acks, PublishFailedError, send_entry
+from pulsar_state.errors import (
+    FencedError,
+    OperationTimeoutError,
+    PermissionDeniedError,
+    StateClosedError,
+)
+from pulsar_state.position import Position
+from pulsar_state.tailer import Tailer
+from pulsar_state.takeover import TakeoverLimiter
+from pulsar_state.topic_format import epoch_message, epoch_of
+
+__all__ = ["TopicHolder"]
+
+log = logging.getLogger(__name__)
+
+_ACCESS = {
+    "fencing": pulsar.ProducerAccessMode.ExclusiveWithFencing,
+    "wait": pulsar.ProducerAccessMode.WaitForExclusive,
+    "exclusive": pulsar.ProducerAccessMode.Exclusive,
+}
+
+#: adaptive mode: writers that timed out behind one holder wait a random part of
+#: this before deciding to fence it. It only follows a whole operation timeout
+#: (30 s by default), so a second more of failover buys far fewer double takeovers.
+_TAKEOVER_SPREAD_S = 1.0
+
+
+class TopicHolder:
+    """The writer's exclusive producer on one topic, and the tenure it stands for.
+
+    Used by the writer thread only (not thread-safe).
+    """
+
+    def __init__(
+        self,
+        *,
+        client: pulsar.Client,
+        topic: str,
+        tailer: Tailer[Any, Any],
+        config: StateConfig,
+        writer_id: str,
+        compactable: bool,
+    ) -> None:
+        self._client = client
+        self._topic = topic
+        self._tailer = tailer
+        self._config = config
+        self._compactable = compactable
+        self.writer_id = writer_id
+        self._labels = (topic,)
+        self._takeovers = (
+            TakeoverLimiter(rate_per_s=config.max_takeovers_per_s, burst=config.takeover_burst)
+            if config.access_mode in ("fencing", "adaptive")
+            and config.max_takeovers_per_s is not None
+            else None
+        )
+        #: the exclusive producer while we hold the topic
+        self.producer: pulsar.Producer | None = None
+        #: the fencing epoch (the epoch marker's position) while we hold the topic
+        self.epoch: int | None = None
+        #: consecutive losses of the topic: contention backoff (0 after a publish)
+        self.losses = 0
+        self._acquisitions = 0
+        self._held_since = 0.0  # monotonic time the current tenure began
+        #: adaptive mode: the holder did not let go within a wait, fence it next
+        self._fence_next = False
+        self._wait_epoch = 0  # the tailer's epoch when the current wait began
+
+    def tenure_over(self, *, busy: bool) -> bool:
+        """Queueing modes: we held the topic for ``max_tenure_s`` and are not
+        ``busy`` (nothing in flight), so it is the next waiting writer's turn."""
+        limit = self._config.max_tenure_s
+        return (
+            self._config.queueing
+            and limit is not None
+            and self.producer is not None
+            and not busy
+            and time.monotonic() - self._held_since >= limit
+        )
+
+    def _access_mode(self) -> Any:
+        if self._config.access_mode == "adaptive":
+            if self._fence_next:
+                return pulsar.ProducerAccessMode.ExclusiveWithFencing
+            return pulsar.ProducerAccessMode.WaitForExclusive
+        return _ACCESS[self._config.access_mode]
+
+    def acquire(self, *, closed: Callable[[], bool]) -> Position:
+        """Gain the topic; the applied epoch marker's position.
+
+        Raises :class:`FencedError` (not gained, or lost while gaining: retry),
+        :class:`PermissionDeniedError` (no produce permission: retrying cannot
+        help), :class:`StateClosedError` (``closed()`` became true meanwhile).
+        """
+        if self.losses:  # let the writer that just won make progress
+            retry = self._config.retry
+            retry.sleep(retry.backoff_s(self.losses))
+        if self._fence_next:
+            # writers that timed out together: spread them, then fence only if
+            # nobody gained the topic since our wait began (else queue again).
+            # Two whose turns fall within one takeover's latency (create the
+            # fencing producer, persist its epoch marker: milliseconds) both
+            # fence; the spread makes that rare and a third rarer still.
+            time.sleep(random.uniform(0, _TAKEOVER_SPREAD_S))
+            with contextlib.suppress(OperationTimeoutError):
+                self._tailer.catch_up(self._config.operation_timeout_s)
+            if self._tailer.epoch != self._wait_epoch:
+                self._fence_next = False
+        if not self._fence_next:
+            self._wait_epoch = self._tailer.epoch
+        producer = self._create_producer(closed)
+        self.producer = producer
+        self._held_since = time.monotonic()
+        self._fence_next = False
+        try:
+            self._acquisitions += 1
+            marker = epoch_message(self.writer_id, self._acquisitions, keep=not self._compactable)
+            position = send_entry(
+                producer, [marker], Acks(1), timeout_s=self._config.send_timeout_s + 5
+            )
+            self._tailer.wait_applied(position, self._config.operation_timeout_s)
+        except (pulsar.PulsarException, PublishFailedError, OperationTimeoutError) as exc:
+            self.lost(exc)
+            raise FencedError(f"lost the topic while gaining it: {exc}") from exc
+        except BaseException:
+            self.release()
+            raise
+        self.epoch = epoch_of(position.ledger, position.entry)
+        log.debug("writer %s holds %s with epoch %s", self.writer_id, self._topic, self.epoch)
+        return position
+
+    def _create_producer(self, closed: Callable[[], bool]) -> pulsar.Producer:
+        mode = self._access_mode()
+        fencing = mode == pulsar.ProducerAccessMode.ExclusiveWithFencing
+        adaptive = self._config.access_mode == "adaptive"
+        if (
+            fencing
+            and self._takeovers is not None
+            and not self._takeovers.acquire(cancelled=closed)
+        ):
+            raise FencedError("closed while waiting for a turn to take the topic over")
+        if fencing and adaptive:
+            log.info(
+                "writer %s: the holder of %s did not let go within the wait; taking it over",
+                self.writer_id,
+                self._topic,
+            )
+        config = self._config
+        try:
+            producer = self._client.create_producer(
+                self._topic,
+                access_mode=mode,
+                send_timeout_millis=int(config.send_timeout_s * 1000),
+                batching_enabled=True,
+                batching_max_messages=config.max_ops_per_write * 2 + 2000,
+                batching_max_allowed_size_in_bytes=config.max_write_bytes * 2,
+                batching_max_publish_delay_ms=3_600_000,  # entries end at flush()
+                max_pending_messages=1_000_000,
+                block_if_queue_full=True,
+                properties={"pulsar-state-writer": self.writer_id},
+            )
+        except (pulsar.AuthorizationError, pulsar.AuthenticationError) as exc:
+            raise PermissionDeniedError(
+                f"not permitted to produce on {self._topic} ({exc}): grant the client's role "
+                "the produce permission"
+            ) from exc
+        except pulsar.PulsarException as exc:
+            self.losses += 1
+            if isinstance(exc, pulsar.Timeout) and adaptive:
+                # the holder kept the topic for a whole operation timeout: it
+                # is frozen, cut off or an orphaned producer; fence it next time
+                self._fence_next = True
+            raise FencedError(f"could not gain the topic: {exc}") from exc
+        if closed():  # close() returned while we waited for the topic
+            with contextlib.suppress(pulsar.PulsarException):
+                producer.close()
+            raise StateClosedError("the state manager is closed")
+        if fencing and adaptive:
+            metrics.TAKEOVERS.labels(*self._labels).inc()
+        return producer
+
+    def lost(self, exc: BaseException) -> None:
+        """A send or the marker failed (fenced, broker gone, timed out): let go."""
+        fenced = isinstance(exc, pulsar.ProducerFenced) or "Fenced" in str(exc)
+        self.losses += 1
+        if fenced:
+            metrics.FENCES.labels(*self._labels).inc()
+        log.debug("writer %s lost %s (%s)", self.writer_id, self._topic, exc)
+        self.release()
+
+    def release(self) -> None:
+        """Let the topic go (close the producer, if it is still connected)."""
+        producer, self.producer, self.epoch = self.producer, None, None
+        if producer is not None and producer.is_connected():
+            # a fenced producer is closed by the broker already
+            with contextlib.suppress(pulsar.PulsarException):
+                producer.close()
