@@ -59,14 +59,15 @@ import pulsar
 
 from pulsar_state.errors import (
     ConfigurationError,
+    InvalidTopicNameError,
     PulsarStateError,
     StateClosedError,
     StateTopicError,
 )
 from pulsar_state.functions.scheduler import Scheduler
-from pulsar_state.manager import full_topic_name
 from pulsar_state.metadata_store import MetadataStore
 from pulsar_state.pulsar_map import PulsarMap
+from pulsar_state.topic_names import full_topic_name, members_topic, parse_topic, partition_topic
 
 __all__ = [
     "LOCAL_KEYS",
@@ -118,15 +119,12 @@ def _topic(config: Mapping[str, Any], key: str, default: str | None = None) -> s
 
 def input_namespace(topic: str) -> tuple[str, str]:
     """``(tenant, namespace)`` of the input topic (a short name is ``public/default``)."""
-    rest = topic.split("://", 1)[1] if "://" in topic else topic
-    parts = rest.split("/")
-    if len(parts) == 1:
-        parts = ["public", "default", *parts]
-    if len(parts) != 3 or not all(parts) or "-partition-" in parts[2]:
-        raise ConfigurationError(
-            f"sink 'topic' must be [persistent://]tenant/namespace/name or a name, got {topic!r}"
+    parsed = parse_topic(topic, what="sink 'topic'")
+    if parsed.is_partition:
+        raise InvalidTopicNameError(
+            f"sink 'topic' must be the topic, not one of its partitions, got {topic!r}"
         )
-    return parts[0], parts[1]
+    return parsed.tenant, parsed.namespace
 
 
 def sink_function(topic: str, name: str) -> str:
@@ -156,7 +154,7 @@ class GroupSettings:
                     raise ConfigurationError(f"sink config {key!r} needs 'assignmentTopic'")
             return None
         assignment_topic = _topic(config, "assignmentTopic")
-        membership_topic = _topic(config, "membershipTopic", f"{assignment_topic}-members")
+        membership_topic = _topic(config, "membershipTopic", members_topic(assignment_topic))
         if membership_topic == assignment_topic:
             raise ConfigurationError(
                 "sink config 'membershipTopic' must differ from 'assignmentTopic'"
@@ -227,8 +225,7 @@ class PartitionConsumers:
         """The topic of instance ``index``: its partition (or the unpartitioned topic)."""
         if index < len(self.partitions):
             return self.partitions[index]
-        base = self.partitions[0].rsplit("-partition-", 1)[0]
-        return f"{base}-partition-{index}"
+        return partition_topic(self.partitions[0], index)
 
     @property
     def held(self) -> list[int]:

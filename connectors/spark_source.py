@@ -67,6 +67,7 @@ from pulsar_state.position import START, Position
 from pulsar_state.pulsar_map import MapOp, _MapCodec
 from pulsar_state.replay import AppliedWrite, LogReplay
 from pulsar_state.serde import BytesSerde, JsonSerde, Serde, StrKeySerde, StrSerde
+from pulsar_state.topic_names import full_topic_name
 
 __all__ = ["PulsarStateDataSource"]
 
@@ -126,10 +127,7 @@ class SourceOptions:
         for flag, value in (("includeMetadata", include), ("pushdown", pushdown)):
             if value not in ("true", "false"):
                 raise ValueError(f"pulsar_state: {flag} is true or false, got {value!r}")
-        topic = need("topic")
-        if "://" not in topic:
-            topic = f"persistent://public/default/{topic}"
-        topic_path(topic)  # validates (StateTopicError is a clear message too)
+        topic = full_topic_name(need("topic"))  # InvalidTopicNameError is a clear message too
         service_url = need("serviceUrl")
         if not service_url.startswith(("pulsar://", "pulsar+ssl://")):
             raise ValueError(f"pulsar_state: serviceUrl must be pulsar://..., got {service_url!r}")

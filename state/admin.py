@@ -22,6 +22,7 @@ from pulsar_state.errors import (
     StateTopicError,
     TopicNotFoundError,
 )
+from pulsar_state.topic_names import admin_path
 
 __all__ = ["PulsarAdmin", "topic_path"]
 
@@ -29,18 +30,9 @@ log = logging.getLogger(__name__)
 
 
 def topic_path(topic: str) -> str:
-    """``persistent://t/ns/name`` -> ``persistent/t/ns/name`` (validated)."""
-    if "://" not in topic:
-        topic = f"persistent://public/default/{topic}"
-    scheme, rest = topic.split("://", 1)
-    parts = rest.split("/")
-    if scheme != "persistent" or len(parts) != 3 or not all(parts):
-        raise StateTopicError(
-            f"a state topic must be persistent://tenant/namespace/name, got {topic!r}"
-        )
-    if "-partition-" in parts[2]:
-        raise StateTopicError(f"a state topic must not be a partition: {topic!r}")
-    return "persistent/" + "/".join(quote(p, safe="") for p in parts)
+    """``persistent://t/ns/name`` -> ``persistent/t/ns/name`` (validated; see
+    :func:`pulsar_state.topic_names.admin_path`)."""
+    return admin_path(topic)
 
 
 def _reason(resp: requests.Response) -> str:

@@ -13,8 +13,8 @@ import pulsar
 
 from pulsar_state.cluster_auth import ClusterAuth
 from pulsar_state.errors import ConfigurationError, StateTopicError
-from pulsar_state.manager import full_topic_name
 from pulsar_state.op_codec import OpCodec
+from pulsar_state.topic_names import full_topic_name
 from pulsar_state.topic_view import TopicView
 
 __all__ = [

@@ -17,6 +17,7 @@ __all__ = [
     "ConfigurationError",
     "PulsarStateError",
     "InvalidMessageError",
+    "InvalidTopicNameError",
     "MessageHeldBackError",
     "PoisonRecordError",
     "FencedError",
@@ -72,6 +73,11 @@ class ForkedProcessError(StateClosedError):
 
 class StateTopicError(PulsarStateError):
     """The state topic is unusable: missing, partitioned, unprotected, not permitted."""
+
+
+class InvalidTopicNameError(StateTopicError, ConfigurationError):
+    """A topic name that is not ``[persistent://]tenant/namespace/name`` (or a bare name),
+    or a partition where a state topic is needed (see :mod:`pulsar_state.topic_names`)."""
 
 
 class TopicNotFoundError(StateTopicError, LookupError):

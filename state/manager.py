@@ -28,7 +28,7 @@ from typing import Any, Generic, Self, TypeVar
 import pulsar
 
 from pulsar_state import forks, futures, metrics
-from pulsar_state.admin import PulsarAdmin, topic_path
+from pulsar_state.admin import PulsarAdmin
 from pulsar_state.config import StateConfig
 from pulsar_state.errors import (
     ConfigurationError,
@@ -38,8 +38,9 @@ from pulsar_state.errors import (
 )
 from pulsar_state.op_codec import OpCodec, SerializerCodec
 from pulsar_state.position import Position
-from pulsar_state.snapshot import SnapshotPolicy, Snapshotter, snapshot_topic
+from pulsar_state.snapshot import SnapshotPolicy, Snapshotter
 from pulsar_state.tailer import AppliedWrite, Tailer
+from pulsar_state.topic_names import full_topic_name, snapshot_topic
 from pulsar_state.writer import Writer
 
 __all__ = ["SharedStateManager", "SharedStateManagerBuilder"]
@@ -49,15 +50,6 @@ log = logging.getLogger(__name__)
 S = TypeVar("S")
 Op = TypeVar("Op")
 R = TypeVar("R")
-
-
-def full_topic_name(topic: str) -> str:
-    if not isinstance(topic, str) or not topic:
-        raise StateTopicError(f"topic must be a non-empty str, got {topic!r}")
-    if "://" not in topic:
-        topic = f"persistent://public/default/{topic}"
-    topic_path(topic)  # validates
-    return topic
 
 
 def _expire(result: Future[Any], target: Position, timeout: float) -> None:

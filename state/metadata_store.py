@@ -46,6 +46,7 @@ from pulsar_state.metadata_state import (
     validate_path,
 )
 from pulsar_state.tailer import AppliedWrite
+from pulsar_state.topic_names import sessions_topic
 
 __all__ = ["MetadataStore"]
 
@@ -107,7 +108,7 @@ class MetadataStore(BaseMetadataStore):
         )
         self._pending.clear()  # bootstrap's changes are history, not news
         self.manager.add_listener(self._on_write)
-        self.sessions_topic = f"{self.manager.topic}-pss-sessions"
+        self.sessions_topic = sessions_topic(self.manager.topic)
         admin = self.manager.admin
         assert admin is not None
         try:

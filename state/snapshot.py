@@ -25,6 +25,7 @@ import pulsar
 
 from pulsar_state import metrics
 from pulsar_state.position import Position
+from pulsar_state.topic_names import snapshot_topic
 
 __all__ = ["Snapshot", "SnapshotPolicy", "Snapshotter", "snapshot_topic"]
 
@@ -35,10 +36,6 @@ S = TypeVar("S")
 _KEY = "__pss__/snapshot"
 _PROP_POSITION = "pss.snapshot.position"
 _PROP_EPOCH = "pss.snapshot.epoch"
-
-
-def snapshot_topic(topic: str) -> str:
-    return f"{topic}-pss-snapshots"
 
 
 @dataclass(frozen=True, kw_only=True)

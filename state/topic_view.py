@@ -32,9 +32,9 @@ import pulsar
 
 from pulsar_state.admin import PulsarAdmin
 from pulsar_state.errors import OperationTimeoutError, PermissionDeniedError, StateTopicError
-from pulsar_state.manager import full_topic_name
 from pulsar_state.op_codec import OpCodec
 from pulsar_state.replay import AppliedWrite, LogReplay
+from pulsar_state.topic_names import full_topic_name
 
 __all__ = ["TopicView"]
 
