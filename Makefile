@@ -93,5 +93,5 @@ undeploy: $(STAMP)
 
 # the wheel, and a self-contained zip per function (--py of pulsar-admin functions create)
 package: $(STAMP)
-	$(PY) -m pip wheel --no-deps -w dist .
+	$(PY) -I -m build --outdir dist .
 	$(VENV)/bin/pulsar-state package --out dist/functions

@@ -82,6 +82,7 @@ setup(
             "types-requests",
             "types-PyYAML",
             "types-tqdm",
+            "build>=1.0",  # make package, tests/wheel_check.py
             *SPARK,
             PSYCOPG,
         ],

@@ -1,7 +1,9 @@
 """Check that the built wheel installs and works on its own.
 
-Builds the wheel as ``make package`` does (``pip wheel --no-deps``) into
-``.cache/wheel-check/dist/`` (git-ignored), makes a fresh venv in
+Builds the source distribution and, from it, the wheel as ``make package``
+does (``python -m build``, an isolated build) into ``.cache/wheel-check/dist/``
+(git-ignored), checks the sdist carries what a rebuild needs (LICENSE, README,
+the packaging files, the shipped function configs), makes a fresh venv in
 ``.cache/wheel-check/venv/``, installs the wheel there with its dependencies
 (not editable, nothing from the source tree), and then, in that venv:
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import tarfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -35,20 +38,14 @@ def outside() -> None:
     from min_deps import _run  # noqa: PLC0415
 
     shutil.rmtree(DIST, ignore_errors=True)
-    _run(
-        "wheel",
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--quiet",
-            "--no-deps",
-            "-w",
-            str(DIST),
-            str(REPO_ROOT),
-        ],
-    )
+    try:
+        import build  # noqa: F401, PLC0415
+    except ImportError:
+        raise SystemExit("the `build` package is missing: pip install -e '.[dev]'") from None
+    # -I: the repository's own build/ folder (setuptools' scratch) must not
+    # shadow the `build` package; no flags: the sdist, then the wheel from it
+    _run("build", [sys.executable, "-I", "-m", "build", "--outdir", str(DIST), str(REPO_ROOT)])
+    check_sdist()
     wheels = sorted(DIST.glob("pulsar_shared_state-*.whl"))
     if len(wheels) != 1:
         raise SystemExit(f"expected one pulsar_shared_state wheel in {DIST}, found {wheels}")
@@ -92,6 +89,22 @@ def inside(configs: list[str]) -> None:
         if not resource.is_file() or not resource.read_text(encoding="utf-8").strip():
             raise SystemExit(f"the installed package lacks deploy/functions/{name}")
     print(f"package data present: {', '.join(configs)}", flush=True)
+
+
+def check_sdist() -> None:
+    """The sdist holds the licence, the README and the shipped function configs."""
+    sdists = sorted(DIST.glob("pulsar_shared_state-*.tar.gz"))
+    if len(sdists) != 1:
+        raise SystemExit(f"expected one pulsar_shared_state sdist in {DIST}, found {sdists}")
+    with tarfile.open(sdists[0]) as tar:
+        names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
+    needed = {"LICENSE", "README.md", "setup.py", "pyproject.toml"} | {
+        f"deploy/functions/{p.name}" for p in SHIPPED_CONFIGS.glob("*.yaml")
+    }
+    missing = sorted(needed - names)
+    if missing:
+        raise SystemExit(f"{sdists[0].name} lacks {', '.join(missing)}")
+    print(f"built {sdists[0].name} with {len(names)} files", flush=True)
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """The built wheel installs and works in a fresh venv (issue #15).
 
-Runs ``tests/wheel_check.py``: the wheel built as ``make package`` builds it,
+Runs ``tests/wheel_check.py``: the sdist and the wheel built from it as
+``make package`` builds them (the sdist checked for LICENSE, README, configs),
 installed with its dependencies into a throwaway venv under
 ``.cache/wheel-check/``; there the package and ``pulsar_state.testing`` import
 from the venv, the shipped function configs are package data, and the
