@@ -11,6 +11,8 @@ from pulsar_state.connectors.sink_runner import sink
 from pulsar_state.deploy.cli import broker
 from pulsar_state.deploy.demo import demo
 from pulsar_state.deploy.functions_deploy import deploy, package, undeploy
+from pulsar_state.functions.querystate_cli import functions_group
+from pulsar_state.functions.state_server import serve
 from pulsar_state.map_cli import map_group
 from pulsar_state.meta_cli import meta_group
 
@@ -35,6 +37,8 @@ main.add_command(undeploy)
 main.add_command(package)
 main.add_command(map_group)
 main.add_command(meta_group)
+main.add_command(functions_group)
+main.add_command(serve)
 
 
 if __name__ == "__main__":
