@@ -28,6 +28,7 @@ from pathlib import Path
 
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from pulsar_state.deploy.download_progress import watch_download
 from pulsar_state.deploy.errors import BrokerSetupError
 
 __all__ = ["DEFAULT_PULSAR_VERSION", "PulsarDistribution", "default_cache_dir"]
@@ -46,6 +47,8 @@ KNOWN_SHA512 = {
 }
 
 _ARTIFACT = "org.apache.pulsar:pulsar-server-distribution:{version}:tar.gz:bin"
+#: bytes of the pinned versions' tarballs (the download's progress bar total)
+KNOWN_SIZE = {"4.0.8": 245_494_718}
 _MIN_JAVA = 17
 
 
@@ -183,8 +186,17 @@ class PulsarDistribution:
                 f"{_ARTIFACT.format(version=self.version)}. On Debian: apt-get install maven"
             )
         log.info("fetching Pulsar %s distribution with Maven (about 240 MB)", self.version)
+        # Maven (-B) shows no progress: watch the file grow in its local repository
+        local_repo = Path.home() / ".m2" / "repository"
+        artifact_dir = local_repo / "org" / "apache" / "pulsar" / "pulsar-server-distribution"
         try:
-            self._run_maven(mvn, downloads)
+            with watch_download(
+                artifact_dir / self.version,
+                f"pulsar-server-distribution-{self.version}-bin.tar.gz",
+                total=KNOWN_SIZE.get(self.version),
+                label=f"downloading Pulsar {self.version}",
+            ):
+                self._run_maven(mvn, downloads)
         except _DownloadFailedError as exc:
             raise BrokerSetupError(
                 f"could not download {_ARTIFACT.format(version=self.version)}", log_tail=str(exc)
