@@ -10,6 +10,7 @@ import name                 folder
 ``pulsar_state.functions``  ``functions/``
 ``pulsar_state.connectors`` ``connectors/``
 ``pulsar_state.deploy``     ``deploy/``
+``pulsar_state.scheduling`` ``scheduling/``
 ==========================  =====================
 """
 
@@ -22,6 +23,7 @@ PACKAGE_DIRS = {
     "pulsar_state.functions": "functions",
     "pulsar_state.connectors": "connectors",
     "pulsar_state.deploy": "deploy",
+    "pulsar_state.scheduling": "scheduling",
 }
 
 PULSAR_CLIENT = "pulsar-client>=3.5,<4"

@@ -19,7 +19,7 @@ stateful kit does.
 A failed write is never skipped: inside the functions runtime (which nacks the
 record and goes on with the next one) the later records of that partition are
 held back until the failed one is redelivered and written
-(:mod:`pulsar_state.functions.in_order`); the runner retries it in place. A
+(:mod:`pulsar_state.scheduling.in_order`); the runner retries it in place. A
 database outage therefore delays records, never drops one. A PostgreSQL
 connection lost in an outage is opened again on the next write.
 
@@ -63,9 +63,9 @@ from pulsar_state.errors import (
     PoisonRecordError,
     PulsarStateError,
 )
-from pulsar_state.functions.in_order import InOrderGate, require_in_order
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import PulsarMap
+from pulsar_state.scheduling.in_order import InOrderGate, require_in_order
 
 __all__ = [
     "SinkFunction",

@@ -1,7 +1,7 @@
 """A group of ``pulsar-state sink run`` processes sharing one sink's input partitions.
 
 Runners with the same sink ``name`` and ``assignmentTopic`` form a group. Each
-runner is a member of a :class:`~pulsar_state.functions.scheduler.Scheduler`
+runner is a member of a :class:`~pulsar_state.scheduling.scheduler.Scheduler`
 (root ``/pss-sink-groups/<name>`` in the metadata store on
 ``membershipTopic``). The sink is the function ``tenant/namespace/sink-<name>``
 (the input topic's tenant and namespace) whose parallelism is the number of
@@ -64,9 +64,9 @@ from pulsar_state.errors import (
     StateClosedError,
     StateTopicError,
 )
-from pulsar_state.functions.scheduler import Scheduler
 from pulsar_state.metadata_store import MetadataStore
 from pulsar_state.pulsar_map import PulsarMap
+from pulsar_state.scheduling.scheduler import Scheduler
 from pulsar_state.topic_names import full_topic_name, members_topic, parse_topic, partition_topic
 
 __all__ = [

@@ -2,7 +2,8 @@
 
 Each function has a config file in ``deploy/functions/*.yaml`` (the format of
 ``pulsar-admin functions create --function-config-file``) and a single-file
-entry point in ``functions/*_entry.py`` that imports the package. ``deploy``
+entry point in ``functions/*_entry.py`` (the SQL sink's: ``connectors/sink_entry.py``)
+that imports the package. ``deploy``
 sends each function as a self-contained zip (``pulsar-state package``, see
 :mod:`~pulsar_state.deploy.function_package`), so workers need nothing but
 Pulsar's Python runtime; ``--code entry`` sends only the entry file, for
@@ -39,7 +40,7 @@ __all__ = ["FUNCTIONS", "deploy", "package", "render_config", "undeploy"]
 
 log = logging.getLogger(__name__)
 
-#: config file (deploy/functions/) -> (entry module in functions/, extras it needs)
+#: config file (deploy/functions/) -> (entry file (see _entry), extras it needs)
 FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "metadata-manager.yaml": ("metadata_manager_entry.py", ()),
     "wordcount.yaml": ("wordcount_entry.py", ()),
@@ -56,8 +57,14 @@ def _config_dir() -> Path:
     return Path(str(resources.files("pulsar_state.deploy") / "functions"))
 
 
+#: where the entry files are: the functions' in functions/, the SQL sink's in connectors/
+_ENTRY_PACKAGES = ("pulsar_state.functions", "pulsar_state.connectors")
+
+
 def _entry(name: str) -> Path:
-    return Path(str(resources.files("pulsar_state.functions") / name))
+    """The entry file ``name`` (a missing one is reported by the packaging, as before)."""
+    found = [Path(str(resources.files(package) / name)) for package in _ENTRY_PACKAGES]
+    return next((path for path in found if path.is_file()), found[0])
 
 
 def _load(config_file: str) -> dict[str, Any]:

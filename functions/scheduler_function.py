@@ -1,11 +1,12 @@
 """SchedulerFunction: membership and scheduling as a deployable Pulsar Function.
 
-The deployable form of :mod:`.scheduler` (Pulsar's SchedulerManager pattern,
+The deployable form of :mod:`pulsar_state.scheduling.scheduler` (Pulsar's SchedulerManager pattern,
 PIP-15): members (workers) send heartbeats to the function's input topic; the
 function keeps who is alive in the shared state, reads the function records
 that :class:`~pulsar_state.functions.metadata_manager.FunctionMetadataManager`
 keeps on the metadata topic, assigns each function's instances to the live
-members (round-robin with minimal movement, :mod:`.assignment`) and publishes
+members (round-robin with minimal movement,
+:mod:`pulsar_state.scheduling.assignment`) and publishes
 the assignment to the **assignment topic** (a compacted ``PulsarMap``:
 instance id ``tenant/ns/name:i`` -> member id). Members read their own with
 :class:`~pulsar_state.functions.scheduler_member.SchedulerMember`, a
@@ -47,10 +48,10 @@ from typing import Any
 from pulsar import Function
 
 from pulsar_state.config import StateConfig
-from pulsar_state.functions.assignment import instance_ids
 from pulsar_state.functions.metadata_manager import validate_fqn
-from pulsar_state.functions.scheduler import publish_assignment
 from pulsar_state.pulsar_map import MapOp, PulsarMap
+from pulsar_state.scheduling.assignment import instance_ids
+from pulsar_state.scheduling.scheduler import publish_assignment
 
 __all__ = [
     "Heartbeat",

@@ -26,9 +26,9 @@ Python runtime nacks it and goes on with the next one, so the kit holds every
 later message of that partition back (raises
 :class:`~pulsar_state.errors.MessageHeldBackError`, the runtime nacks it too)
 until the failed one is redelivered and succeeds, and asks for that redelivery
-with a backoff (:mod:`.in_order`). A message that always fails therefore stops
-its partition (visible as user exceptions in ``functions status``) rather than
-being lost.
+with a backoff (:mod:`pulsar_state.scheduling.in_order`). A message that always
+fails therefore stops its partition (visible as user exceptions in
+``functions status``) rather than being lost.
 
 The state lives in a ``PulsarMap`` on ``stateTopic`` (user config; default
 ``persistent://<tenant>/<namespace>/<name>-pss-state``), opened with the
@@ -47,9 +47,9 @@ from typing import Any
 from pulsar import Function
 
 from pulsar_state.config import StateConfig
-from pulsar_state.functions.in_order import InOrderGate, require_in_order
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import MapOp, PulsarMap
+from pulsar_state.scheduling.in_order import InOrderGate, require_in_order
 
 __all__ = ["FunctionState", "StatefulFunction"]
 

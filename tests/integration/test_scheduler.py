@@ -10,7 +10,7 @@ import pytest
 from harness import PulsarEndpoint, unique_topic, wait_until
 
 from pulsar_state import MetadataStore, PulsarMap
-from pulsar_state.functions.scheduler import Scheduler
+from pulsar_state.scheduling.scheduler import Scheduler
 
 
 @pytest.fixture

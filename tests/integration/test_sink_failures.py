@@ -78,7 +78,7 @@ def _create_sink(
     *,
     retain_ordering: bool = True,
 ) -> None:
-    entry = Path(str(resources.files("pulsar_state.functions") / "sink_entry.py"))
+    entry = Path(str(resources.files("pulsar_state.connectors") / "sink_entry.py"))
     admin.create_function(
         fqn=fqn,
         py=entry,

@@ -132,7 +132,7 @@ def test_sink_inside_the_functions_runtime(
     pulsar_endpoint.admin(
         "PUT", f"/admin/v2/persistent/public/default/{name}-in/partitions", json=2
     ).raise_for_status()
-    entry = Path(str(resources.files("pulsar_state.functions") / "sink_entry.py"))
+    entry = Path(str(resources.files("pulsar_state.connectors") / "sink_entry.py"))
     user_config = {
         "database": sql_database,
         "table": "kv",

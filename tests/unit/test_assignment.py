@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from pulsar_state.functions.assignment import assign, instance_ids
+from pulsar_state.scheduling.assignment import assign, instance_ids
 
 
 def _balanced(result: dict[str, str], members: list[str]) -> bool:

@@ -11,9 +11,9 @@ import pytest
 
 from pulsar_state.connectors.sink import SinkFunction, SinkRecord, SqlUpsertSink
 from pulsar_state.errors import ConfigurationError, MessageHeldBackError, PoisonRecordError
-from pulsar_state.functions.in_order import InOrderGate, redeliver_function
 from pulsar_state.functions.stateful import StatefulFunction
 from pulsar_state.position import Position
+from pulsar_state.scheduling.in_order import InOrderGate, redeliver_function
 
 T = "persistent://public/default/in-partition-0"
 

@@ -27,10 +27,10 @@ from typing import Any
 
 from pulsar_state.coordination import CoordinationService, ResourceLock
 from pulsar_state.errors import PulsarStateError
-from pulsar_state.functions.assignment import assign, instance_ids
 from pulsar_state.metadata_base import BaseMetadataStore
 from pulsar_state.metadata_state import Notification
 from pulsar_state.pulsar_map import PulsarMap
+from pulsar_state.scheduling.assignment import assign, instance_ids
 
 __all__ = ["Scheduler", "publish_assignment"]
 

@@ -27,13 +27,13 @@ cannot mean "everything before is done".
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pulsar_state.errors import ConfigurationError, MessageHeldBackError
 from pulsar_state.position import Position
+from pulsar_state.topic_names import partitioned_base
 
 __all__ = ["InOrderGate", "redeliver_function", "require_in_order"]
 
@@ -42,7 +42,6 @@ log = logging.getLogger(__name__)
 R = TypeVar("R")
 
 _FAILOVER = 1  # proto.SubscriptionType.FAILOVER
-_PARTITION = re.compile(r"-partition-\d+$")
 
 
 def require_in_order(context: Any, what: str) -> None:
@@ -66,7 +65,7 @@ def redeliver_function(context: Any, topic: str) -> Callable[[], None] | None:
     consumers = getattr(context, "consumers", None)
     if not isinstance(consumers, dict) or not consumers:
         return None
-    consumer = consumers.get(topic) or consumers.get(_PARTITION.sub("", topic))
+    consumer = consumers.get(topic) or consumers.get(partitioned_base(topic))
     if consumer is None and len(consumers) == 1:
         consumer = next(iter(consumers.values()))
     redeliver = getattr(consumer, "redeliver_unacknowledged_messages", None)
