@@ -208,8 +208,10 @@ class TopicHolder:
         return producer
 
     def lost(self, exc: BaseException) -> None:
-        """A send or the marker failed (fenced, broker gone, timed out): let go."""
-        fenced = isinstance(exc, pulsar.ProducerFenced) or "Fenced" in str(exc)
+        """A send or the marker failed (fenced, broker gone, timed out), or one of
+        our writes landed stale (:class:`FencedError`: another writer took the
+        topic without our producer hearing of it): let go."""
+        fenced = isinstance(exc, pulsar.ProducerFenced | FencedError) or "Fenced" in str(exc)
         self.losses += 1
         if fenced:
             metrics.FENCES.labels(*self._labels).inc()
