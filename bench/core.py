@@ -21,10 +21,11 @@ import pulsar
 
 from bench.common import Comparison, broker, timed, write_report
 from pulsar_state import PulsarMap
+from pulsar_state.topic_names import full_topic_name
 
 
 def _topic(prefix: str) -> str:
-    return f"persistent://public/default/bench-{prefix}-{uuid.uuid4().hex[:8]}"
+    return full_topic_name(f"bench-{prefix}-{uuid.uuid4().hex[:8]}")
 
 
 def _raw_sync(producer: pulsar.Producer, n: int) -> None:

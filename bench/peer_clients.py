@@ -31,6 +31,7 @@ import pulsar
 
 from pulsar_state import BadVersionError, BytesSerde, MetadataStore, PulsarMap, StateConfig
 from pulsar_state.config import AccessMode
+from pulsar_state.topic_names import full_topic_name
 
 PEERS = ("pulsar-map", "pulsar-map-wait", "pulsar-meta", "etcd", "zookeeper", "pulsar-raw")
 
@@ -79,7 +80,7 @@ def _client(spec: PeerSpec) -> pulsar.Client:
 
 
 def _topic(spec: PeerSpec) -> str:
-    return f"persistent://public/default/bench-peers-{spec.namespace}"
+    return full_topic_name(f"bench-peers-{spec.namespace}")
 
 
 def _plus_one(value: bytes | None) -> bytes:

@@ -40,6 +40,7 @@ from bench.peer_clients import PeerSpec
 from bench.zookeeper_server import ZooKeeperServer
 from pulsar_state import BytesSerde
 from pulsar_state.admin import PulsarAdmin
+from pulsar_state.topic_names import full_topic_name
 
 OURS = ("pulsar-map", "pulsar-map-wait", "pulsar-meta")
 ORDER = (
@@ -238,7 +239,7 @@ def main() -> None:
     systems = ["pulsar-map", "pulsar-map-wait", "pulsar-meta", "etcd", "zookeeper", "pulsar-raw"]
     with broker() as (service_url, admin_url), EtcdServer() as etcd, ZooKeeperServer() as zk:
         base = PeerSpec("", "", service_url, admin_url, etcd_port=etcd.port, zookeeper_port=zk.port)
-        boot_topic = f"persistent://public/default/bench-peers-boot-{uuid.uuid4().hex[:8]}"
+        boot_topic = full_topic_name(f"bench-peers-boot-{uuid.uuid4().hex[:8]}")
         if "bootstrap" in chosen:
             print(f"writing {args.bootstrap_keys:,} keys and compacting", flush=True)
             fill_map(

@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from bench.common import Comparison, broker, fill_map, write_report
 from pulsar_state import StateConfig
 from pulsar_state.connectors.spark_source import PulsarStateDataSource
+from pulsar_state.topic_names import full_topic_name
 
 
 def raw_reader_rate(service_url: str, topic: str) -> float:
@@ -63,7 +64,7 @@ def main() -> None:
         reference_name="Reader loop (msgs/s)",
     )
     with broker() as (service_url, admin_url):
-        topic = f"persistent://public/default/bench-spark-{uuid.uuid4().hex[:8]}"
+        topic = full_topic_name(f"bench-spark-{uuid.uuid4().hex[:8]}")
         started = time.perf_counter()
         fill_map(
             service_url,

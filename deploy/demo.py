@@ -27,6 +27,7 @@ from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 from pulsar_state.deploy.standalone import StandaloneBroker
 from pulsar_state.errors import PulsarStateError
 from pulsar_state.pulsar_map import PulsarMap
+from pulsar_state.topic_names import full_topic_name
 
 __all__ = ["demo", "smoke_demo"]
 
@@ -39,7 +40,7 @@ def _step(text: str) -> None:
 
 def _shared_state_demo(service_url: str, admin_url: str, suffix: str) -> None:
     """Two managers, several threads, one counter: nothing lost, one log."""
-    topic = f"persistent://public/default/demo-state-{suffix}"
+    topic = full_topic_name(f"demo-state-{suffix}")
     _step(f"shared state: two PulsarMaps on {topic}, 4 threads each incrementing")
     # fencing is expected here: keep the native log quiet (errors only)
     clients = [pulsar.Client(service_url, logger=client_logger()) for _ in range(2)]
@@ -111,8 +112,8 @@ def smoke_demo(
     admin = PulsarAdminCli(admin_url=admin_url)
     answers: list[str] = []
     fqn = ("public", "default", f"smoke-{suffix}")
-    source = f"persistent://public/default/smoke-in-{suffix}"
-    sink = f"persistent://public/default/smoke-out-{suffix}"
+    source = full_topic_name(f"smoke-in-{suffix}")
+    sink = full_topic_name(f"smoke-out-{suffix}")
     _step(f"deploying the smoke function {'/'.join(fqn)} with pulsar-admin")
     client = pulsar.Client(service_url, logger=client_logger())
     with DeployedFunction(admin_url=admin_url, fqn=fqn, logs_dir=logs_dir) as function:

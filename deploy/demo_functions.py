@@ -28,6 +28,7 @@ from pulsar_state.deploy.functions_deploy import FUNCTIONS, _config_dir, _entry
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 from pulsar_state.functions.scheduler_member import SchedulerMember
 from pulsar_state.pulsar_map import PulsarMap
+from pulsar_state.topic_names import full_topic_name
 
 __all__ = ["functions_demo"]
 
@@ -138,8 +139,8 @@ def functions_demo(
     )
     admin = PulsarAdminCli(admin_url=admin_url)
     client = pulsar.Client(service_url, logger=client_logger())
-    state_topic = f"persistent://public/default/wordcount-state-{suffix}"
-    records_topic = f"persistent://public/default/function-metadata-{suffix}"
+    state_topic = full_topic_name(f"wordcount-state-{suffix}")
+    records_topic = full_topic_name(f"function-metadata-{suffix}")
     deployed: list[DeployedFunction] = []
     try:
         wc = _deploy(
@@ -162,13 +163,13 @@ def functions_demo(
             suffix,
             logs_dir,
             database=str(database),
-            metadataTopic=f"persistent://public/default/sql-sink-metadata-{suffix}",
+            metadataTopic=full_topic_name(f"sql-sink-metadata-{suffix}"),
             adminUrl=admin_url,
         )
         deployed.append(sink)
         click.echo(f"  running and subscribed: {wc.name} (2 instances), {fmm.name}, {sink.name}")
 
-        producer = client.create_producer(f"persistent://public/default/wordcount-in-{suffix}")
+        producer = client.create_producer(full_topic_name(f"wordcount-in-{suffix}"))
         with click.progressbar(LINES, label="  sending lines to the word count") as bar:
             for line in bar:
                 producer.send(line.encode())
@@ -188,10 +189,8 @@ def functions_demo(
         top = ", ".join(f"{w}={n}" for w, n in sorted(got.items(), key=lambda x: -x[1])[:6])
         click.echo(f"  counters (effectively once): {top}  exact={got == dict(expected)}")
 
-        requests = client.create_producer(
-            f"persistent://public/default/function-metadata-requests-{suffix}"
-        )
-        answers_topic = f"persistent://public/default/function-metadata-answers-{suffix}"
+        requests = client.create_producer(full_topic_name(f"function-metadata-requests-{suffix}"))
+        answers_topic = full_topic_name(f"function-metadata-answers-{suffix}")
         answers = client.subscribe(
             answers_topic, "demo", initial_position=pulsar.InitialPosition.Earliest
         )
@@ -220,9 +219,9 @@ def functions_demo(
             )
             click.echo(f"  metadata {request['op']:6} {request['fqn']}: {verdict}")
 
-        _sink_demo(client, sink, f"persistent://public/default/sql-sink-input-{suffix}", database)
+        _sink_demo(client, sink, full_topic_name(f"sql-sink-input-{suffix}"), database)
 
-        assign_topic = f"persistent://public/default/function-assignments-{suffix}"
+        assign_topic = full_topic_name(f"function-assignments-{suffix}")
         scheduler = _deploy(
             admin,
             "scheduler.yaml",
@@ -230,12 +229,12 @@ def functions_demo(
             logs_dir,
             metadataTopic=records_topic,
             assignmentTopic=assign_topic,
-            membersTopic=f"persistent://public/default/function-members-{suffix}",
+            membersTopic=full_topic_name(f"function-members-{suffix}"),
             memberTtlSeconds=5,
             adminUrl=admin_url,
         )
         deployed.append(scheduler)
-        heartbeats = f"persistent://public/default/function-heartbeats-{suffix}"
+        heartbeats = full_topic_name(f"function-heartbeats-{suffix}")
         click.echo(
             f"  running and subscribed: {scheduler.name} (2 instances); 3 workers heartbeat "
             "to it, it schedules the metadata manager's records"

@@ -43,6 +43,7 @@ from pulsar_state.position import Position
 from pulsar_state.pulsar_map import MapOp, _apply, _MapCodec
 from pulsar_state.replay import AppliedWrite
 from pulsar_state.serde import JsonSerde, StrKeySerde
+from pulsar_state.topic_names import function_state_topic
 from pulsar_state.topic_view import TopicView
 
 __all__ = ["FunctionStateReader", "default_state_topic", "function_state", "version_of"]
@@ -52,7 +53,7 @@ log = logging.getLogger(__name__)
 
 def default_state_topic(tenant: str, namespace: str, name: str) -> str:
     """The stateful kit's state topic when ``stateTopic`` is not configured."""
-    return f"persistent://{tenant}/{namespace}/{name}-pss-state"
+    return function_state_topic(tenant, namespace, name)
 
 
 def version_of(position: Position) -> int:
