@@ -40,8 +40,8 @@ from typing import Any
 
 from pulsar import Function
 
-from pulsar_state.config import StateConfig
 from pulsar_state.errors import PulsarStateError
+from pulsar_state.functions.function_map import open_function_map
 from pulsar_state.pulsar_map import MapOp, PulsarMap
 
 __all__ = ["FunctionMetadataManager", "RequestError", "validate_config", "validate_fqn"]
@@ -99,17 +99,7 @@ class FunctionMetadataManager(Function):  # type: ignore[misc]
     def _records(self, context: Any) -> PulsarMap[str, Any]:
         with self._lock:
             if self._map is None:
-                topic = context.get_user_config_value("metadataTopic") or (
-                    f"persistent://{context.get_function_tenant()}/"
-                    f"{context.get_function_namespace()}/function-metadata"
-                )
-                admin_url = context.get_user_config_value("adminUrl")
-                self._map = PulsarMap(
-                    context.get_pulsar_client(),
-                    topic,
-                    admin_url=admin_url,
-                    config=StateConfig(ensure_retention=admin_url is not None),
-                )
+                self._map = open_function_map(context, "metadataTopic", "function-metadata")
             return self._map
 
     def process(self, input: Any, context: Any) -> str:

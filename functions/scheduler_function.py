@@ -47,7 +47,7 @@ from typing import Any
 
 from pulsar import Function
 
-from pulsar_state.config import StateConfig
+from pulsar_state.functions.function_map import open_function_map
 from pulsar_state.functions.metadata_manager import validate_fqn
 from pulsar_state.pulsar_map import MapOp, PulsarMap
 from pulsar_state.scheduling.assignment import instance_ids
@@ -132,17 +132,7 @@ class SchedulerFunction(Function):  # type: ignore[misc]
     def _map(self, context: Any, key: str, default_name: str) -> PulsarMap[str, Any]:
         with self._lock:
             if key not in self._maps:
-                topic = context.get_user_config_value(key) or (
-                    f"persistent://{context.get_function_tenant()}/"
-                    f"{context.get_function_namespace()}/{default_name}"
-                )
-                admin_url = context.get_user_config_value("adminUrl")
-                self._maps[key] = PulsarMap(
-                    context.get_pulsar_client(),
-                    topic,
-                    admin_url=admin_url,
-                    config=StateConfig(ensure_retention=admin_url is not None),
-                )
+                self._maps[key] = open_function_map(context, key, default_name)
             return self._maps[key]
 
     @staticmethod

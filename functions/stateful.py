@@ -46,10 +46,11 @@ from typing import Any
 
 from pulsar import Function
 
-from pulsar_state.config import StateConfig
+from pulsar_state.functions.function_map import open_function_map
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import MapOp, PulsarMap
 from pulsar_state.scheduling.in_order import InOrderGate, require_in_order
+from pulsar_state.topic_names import function_state_name
 
 __all__ = ["FunctionState", "StatefulFunction"]
 
@@ -143,14 +144,8 @@ class StatefulFunction(Function):  # type: ignore[misc]
         with self._lock:
             if self._map is None:
                 require_in_order(context, "StatefulFunction")
-                topic = context.get_user_config_value("stateTopic") or (
-                    f"persistent://{context.get_function_tenant()}/"
-                    f"{context.get_function_namespace()}/{context.get_function_name()}-pss-state"
-                )
-                admin_url = context.get_user_config_value("adminUrl")
-                config = StateConfig(ensure_retention=admin_url is not None)
-                self._map = PulsarMap(
-                    context.get_pulsar_client(), topic, admin_url=admin_url, config=config
+                self._map = open_function_map(
+                    context, "stateTopic", function_state_name(context.get_function_name())
                 )
             return self._map
 

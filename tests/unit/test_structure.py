@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
+import pytest
+
 import pulsar_state
 from pulsar_state.deploy import errors as deploy_errors
 from pulsar_state.errors import PulsarStateError
@@ -24,3 +29,130 @@ def test_launcher_errors_live_with_the_launcher_under_the_one_root() -> None:
         assert error.__module__ == "pulsar_state.deploy.errors", name
         assert name not in pulsar_state.__all__, f"{name} is exported by the state core"
         assert not hasattr(pulsar_state.errors, name), f"{name} is in the core's error module"
+
+
+# -- the import graph ----------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+#: folder -> the import package it is (setup.py's PACKAGE_DIRS)
+FOLDERS = {
+    "state": "pulsar_state",
+    "functions": "pulsar_state.functions",
+    "connectors": "pulsar_state.connectors",
+    "deploy": "pulsar_state.deploy",
+    "scheduling": "pulsar_state.scheduling",
+}
+#: folder -> sibling folders it must not import
+FORBIDDEN = {
+    "functions": ("connectors",),
+    "connectors": ("functions",),
+    "scheduling": ("functions", "connectors"),
+}
+
+
+def _sources(*folders: str) -> list[Path]:
+    return sorted(p for f in folders for p in (REPO / f).glob("**/*.py"))
+
+
+def _imported(path: Path, package: str) -> set[str]:
+    """Every module ``path`` imports (relative imports resolved against ``package``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parent = ".".join(parts[: len(parts) - node.level + 1])
+                base = f"{parent}.{base}" if base else parent
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _crossings(folder: str) -> list[str]:
+    package = FOLDERS[folder]
+    bad = []
+    for path in _sources(folder):
+        for module in sorted(_imported(path, package)):
+            for other in FORBIDDEN[folder]:
+                target = FOLDERS[other]
+                if module == target or module.startswith(f"{target}."):
+                    bad.append(f"{path.relative_to(REPO)} imports {module}")
+    return bad
+
+
+@pytest.mark.parametrize("folder", sorted(FORBIDDEN))
+def test_functions_and_connectors_do_not_import_each_other(folder: str) -> None:
+    crossings = _crossings(folder)
+    assert not crossings, "\n".join(crossings)
+
+
+def test_the_import_check_sees_a_crossing(tmp_path: Path) -> None:
+    """The check itself: absolute and relative imports of a sibling are both found."""
+    source = tmp_path / "x.py"
+    source.write_text(
+        "from pulsar_state.connectors.sink import SinkFunction\nfrom ..connectors import sink\n"
+    )
+    found = _imported(source, "pulsar_state.functions")
+    assert "pulsar_state.connectors.sink" in found
+    assert "pulsar_state.connectors.sink" in {m for m in found if m.endswith("sink")}
+    assert "pulsar_state.connectors" in found
+
+
+# -- topic names are built in one place ----------------------------------------------
+
+TOPIC_NAMES = REPO / "state" / "topic_names.py"
+_SCHEME = "persistent://"
+_STRING_CALLS = {"format", "replace", "removeprefix", "startswith", "split", "partition"}
+
+
+def _str_const(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and _SCHEME in node.value
+
+
+def _builds_a_name(node: ast.AST) -> bool:
+    if isinstance(node, ast.JoinedStr):
+        return any(_str_const(v) for v in node.values)
+    if isinstance(node, ast.BinOp):
+        return _str_const(node.left) or _str_const(node.right)
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _STRING_CALLS
+        and (_str_const(node.func.value) or any(_str_const(a) for a in node.args))
+    )
+
+
+def _built_topic_names(path: Path) -> list[int]:
+    """Lines of ``path`` that build or take apart a ``persistent://`` name.
+
+    An f-string, a concatenation, ``.format`` or a string method with a
+    ``persistent://`` literal; plain literals (docstrings, help texts,
+    examples) are documentation and are allowed.
+    """
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return sorted({node.lineno for node in ast.walk(tree) if _builds_a_name(node)})  # type: ignore[attr-defined]
+
+
+def test_persistent_topic_names_are_built_only_in_topic_names() -> None:
+    sources = [p for p in _sources(*FOLDERS, "bench") if p != TOPIC_NAMES]
+    assert len(sources) > 50, "the scan found too few source files"
+    built = [
+        f"{path.relative_to(REPO)}:{line}" for path in sources for line in _built_topic_names(path)
+    ]
+    assert not built, "build topic names with pulsar_state.topic_names:\n" + "\n".join(built)
+
+
+def test_the_topic_name_check_sees_a_built_name(tmp_path: Path) -> None:
+    source = tmp_path / "x.py"
+    source.write_text(
+        '"""persistent://t/ns/x in a docstring is fine."""\n'
+        'HELP = "persistent://t/ns/name or name"\n'
+        'a = f"persistent://public/default/{name}"\n'
+        'b = "persistent://" + name\n'
+        'c = topic.removeprefix("persistent://")\n'
+    )
+    assert _built_topic_names(source) == [3, 4, 5]

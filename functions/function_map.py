@@ -1,0 +1,49 @@
+"""One way for the packaged functions to open their state: :func:`open_function_map`.
+
+Each function here keeps its state in a ``PulsarMap`` on a topic its user config
+names (``stateTopic``, ``metadataTopic``, ``assignmentTopic``, ...) or, by
+default, on a topic of that name in the function's own tenant and namespace
+(:mod:`pulsar_state.topic_names`). The map uses the instance's own Pulsar
+client; ``userConfig.adminUrl``, when set, is where the map checks and protects
+its topic (infinite retention), and the map ensures retention only then.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pulsar_state.config import StateConfig
+from pulsar_state.pulsar_map import PulsarMap
+from pulsar_state.topic_names import namespace_topic
+
+__all__ = ["ADMIN_URL", "function_topic", "open_function_map"]
+
+#: the user-config key of the admin REST URL
+ADMIN_URL = "adminUrl"
+
+
+def function_topic(context: Any, key: str, default_name: str) -> str:
+    """The topic user config ``key`` names, else ``default_name`` in the function's namespace."""
+    configured = context.get_user_config_value(key)
+    if configured:
+        return str(configured)
+    return namespace_topic(
+        context.get_function_tenant(), context.get_function_namespace(), default_name
+    )
+
+
+def open_function_map(
+    context: Any, key: str, default_name: str, *, admin_headers: dict[str, str] | None = None
+) -> PulsarMap[str, Any]:
+    """Open the function's map on :func:`function_topic` (call it where the instance runs).
+
+    ``admin_headers``: the admin API's headers (authentication), if it needs any.
+    """
+    admin_url = context.get_user_config_value(ADMIN_URL)
+    return PulsarMap(
+        context.get_pulsar_client(),
+        function_topic(context, key, default_name),
+        admin_url=admin_url,
+        admin_headers=admin_headers,
+        config=StateConfig(ensure_retention=admin_url is not None),
+    )
