@@ -52,7 +52,7 @@ import re
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulsar
@@ -144,6 +144,8 @@ class GroupSettings:
     admin_url: str
     session_timeout_s: float = 10.0
     session_check_interval_s: float = 1.0
+    #: the admin API's authentication (``ClusterAuth.admin_headers()``), set by the runner
+    admin_headers: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> GroupSettings | None:
@@ -340,11 +342,15 @@ class SinkGroup:
                 self.client,
                 s.membership_topic,
                 admin_url=s.admin_url,
+                admin_headers=s.admin_headers,
                 session_timeout_s=s.session_timeout_s,
                 session_check_interval_s=s.session_check_interval_s,
             )
             self._assignments = PulsarMap[str, str](
-                self.client, s.assignment_topic, admin_url=s.admin_url
+                self.client,
+                s.assignment_topic,
+                admin_url=s.admin_url,
+                admin_headers=s.admin_headers,
             )
             foreign = [
                 k

@@ -30,10 +30,18 @@ past the record; a restart resumes there). A record that can never be written
 (no key, not UTF-8) goes to ``deadLetterTopic`` or is logged and skipped,
 counted either way (:mod:`.dead_letter`). SIGINT and SIGTERM stop the runner
 cleanly (in a group, its partitions move at once).
+
+The command takes the same ``--auth-*`` and ``--tls-*`` options as the other
+``pulsar-state`` commands (:func:`~pulsar_state.cli_options.auth_options`), for
+the broker and the admin API. The database password comes from the
+``PULSAR_STATE_DATABASE_PASSWORD`` environment variable rather than the config
+file (:func:`~.sql_backend.database_password`). ``--metrics-port`` serves
+Prometheus metrics and ``/healthz`` (:mod:`.sink_health`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import threading
@@ -45,12 +53,14 @@ from typing import Any, Protocol
 import click
 import pulsar
 import yaml
-from tenacity import Retrying, retry_if_exception, wait_exponential
+from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponential
 
-from pulsar_state.cli_options import client_logger
+from pulsar_state.cli_options import auth_options, client_logger, cluster_auth
+from pulsar_state.cluster_auth import ClusterAuth
 from pulsar_state.connectors.dead_letter import DeadLetters, read_key
 from pulsar_state.connectors.sink import SinkRecord, SqlUpsertSink, record_metadata
 from pulsar_state.connectors.sink_group import LOCAL_KEYS, GroupSettings, SinkGroup
+from pulsar_state.connectors.sink_health import SINK_RECORDS, MetricsServer, SinkHealth
 from pulsar_state.connectors.sql_backend import SinkDatabaseError
 from pulsar_state.errors import ConfigurationError, PoisonRecordError, PulsarStateError
 from pulsar_state.position import Position
@@ -84,12 +94,27 @@ class _FailoverSource:
         except pulsar.Timeout:
             return None
 
+    def connected(self) -> bool:
+        return bool(self._consumer.is_connected())
+
     def close(self) -> None:
         self._consumer.close()
 
 
-def _write(sink: SqlUpsertSink, record: SinkRecord, stop: threading.Event) -> bool:
+def _write(
+    sink: SqlUpsertSink, record: SinkRecord, stop: threading.Event, health: SinkHealth
+) -> bool:
     """``sink.write``, retried in place while the database fails in a retriable way."""
+
+    def failed(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        health.write_failed(str(exc))
+        log.warning(
+            "record at %s not written (attempt %d), retrying: %s",
+            record.position,
+            state.attempt_number,
+            exc,
+        )
 
     def retriable(exc: BaseException) -> bool:
         return isinstance(exc, SinkDatabaseError) and exc.retriable and not stop.is_set()
@@ -101,16 +126,13 @@ def _write(sink: SqlUpsertSink, record: SinkRecord, stop: threading.Event) -> bo
         retry=retry_if_exception(retriable),
         wait=wait_exponential(multiplier=0.5, max=30),
         sleep=pause,
-        before_sleep=lambda state: log.warning(
-            "record at %s not written (attempt %d), retrying: %s",
-            record.position,
-            state.attempt_number,
-            state.outcome.exception() if state.outcome else None,
-        ),
+        before_sleep=failed,
         reraise=True,
     ):
         with attempt:
-            return sink.write(record)
+            written = sink.write(record)
+            health.write_succeeded()
+            return written
     raise AssertionError("unreachable: tenacity returns or raises")
 
 
@@ -119,15 +141,26 @@ def run_sink(
     *,
     max_idle_s: float | None = None,
     stop: threading.Event | None = None,
+    auth: ClusterAuth | None = None,
+    health: SinkHealth | None = None,
 ) -> SqlUpsertSink:
-    """Consume and write until ``stop`` is set, interrupted or idle for ``max_idle_s``."""
+    """Consume and write until ``stop`` is set, interrupted or idle for ``max_idle_s``.
+
+    ``auth``: the broker's and admin API's authentication and TLS trust;
+    ``health``: told when the runner consumes and when writes fail.
+    """
     for key in ("serviceUrl", "topic", "subscription", "database"):
         if not config.get(key):
             raise ConfigurationError(f"sink config needs {key!r}")
+    auth = auth or ClusterAuth()
+    headers = auth.admin_headers()
     group = GroupSettings.from_config(config)  # validated before connecting
+    if group is not None:
+        group = dataclasses.replace(group, admin_headers=headers)
     stop = stop or threading.Event()
+    health = health or SinkHealth()
     # the native logger: a Python one can abort the process at exit (see cli_options)
-    client = pulsar.Client(config["serviceUrl"], logger=client_logger())
+    client = pulsar.Client(config["serviceUrl"], logger=client_logger(), **auth.client_kwargs())
     sink = SqlUpsertSink()
     dead_letters = DeadLetters(client, config.get("deadLetterTopic"))
     try:
@@ -135,7 +168,10 @@ def run_sink(
         if config.get("metadataTopic"):
             shared = {k: v for k, v in config.items() if k not in LOCAL_KEYS}
             with PulsarMap[str, Any](
-                client, config["metadataTopic"], admin_url=config.get("adminUrl")
+                client,
+                config["metadataTopic"],
+                admin_url=config.get("adminUrl"),
+                admin_headers=headers,
             ) as records:
                 version = record_metadata(
                     records,
@@ -151,6 +187,7 @@ def run_sink(
             source = SinkGroup(
                 client, group, topic=config["topic"], subscription=config["subscription"]
             ).start()
+        health.consuming(getattr(source, "connected", lambda: True))
         idle_since = time.monotonic()
         try:
             while not stop.is_set():
@@ -169,13 +206,16 @@ def run_sink(
                     properties=dict(msg.properties() or {}),
                 )
                 try:
-                    _write(sink, record, stop)
+                    outcome = "written" if _write(sink, record, stop, health) else "skipped"
                 except PoisonRecordError as exc:  # never writable: dead letter or skip
                     dead_letters.handle(record, str(exc))
                     sink.poisoned += 1
+                    outcome = "poisoned"
                 consumer.acknowledge(msg)
+                SINK_RECORDS.labels(outcome).inc()
             return sink
         finally:
+            health.consuming(None)
             source.close()
     finally:
         dead_letters.close()
@@ -198,11 +238,42 @@ def sink() -> None:
 @click.option(
     "--max-idle-s", type=float, default=None, help="Stop after this long without records."
 )
-def run(config_path: Path, max_idle_s: float | None) -> None:
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics (/metrics) and health (/healthz: 200 while connected "
+    "and consuming, else 503) on this port; 0 picks a free one.",
+)
+@click.option(
+    "--metrics-addr",
+    default="0.0.0.0",
+    show_default=True,
+    help="The address the metrics server listens on.",
+)
+@auth_options
+def run(
+    config_path: Path,
+    max_idle_s: float | None,
+    metrics_port: int | None,
+    metrics_addr: str,
+    **auth_opts: Any,
+) -> None:
     """Consume the topic and upsert its records into the table."""
     data = yaml.safe_load(config_path.read_text())
     if not isinstance(data, dict):
         raise click.ClickException(f"{config_path}: a sink config is a mapping")
+    auth = cluster_auth(auth_opts)
+    health = SinkHealth()
+    server = None
+    if metrics_port is not None:
+        try:
+            server = MetricsServer(port=metrics_port, addr=metrics_addr, health=health)
+        except OSError as exc:
+            raise click.ClickException(
+                f"cannot serve metrics on {metrics_addr}:{metrics_port}: {exc}"
+            ) from exc
+        click.echo(f"metrics on port {server.port} (/metrics, /healthz)", err=True)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -214,7 +285,7 @@ def run(config_path: Path, max_idle_s: float | None) -> None:
     # a clean stop between two records; a second signal still interrupts at once
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        done = run_sink(data, max_idle_s=max_idle_s, stop=stop)
+        done = run_sink(data, max_idle_s=max_idle_s, stop=stop, auth=auth, health=health)
     except (PulsarStateError, ConfigurationError, pulsar.PulsarException) as exc:
         raise click.ClickException(str(exc)) from exc
     except KeyboardInterrupt:
@@ -222,4 +293,6 @@ def run(config_path: Path, max_idle_s: float | None) -> None:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        if server is not None:
+            server.close()
     click.echo(f"written {done.written}, skipped {done.skipped}, poisoned {done.poisoned}")
