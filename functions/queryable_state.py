@@ -46,9 +46,19 @@ from pulsar_state.serde import JsonSerde, StrKeySerde
 from pulsar_state.topic_names import function_state_topic
 from pulsar_state.topic_view import TopicView
 
-__all__ = ["FunctionStateReader", "default_state_topic", "function_state", "version_of"]
+__all__ = [
+    "FunctionNotFoundError",
+    "FunctionStateReader",
+    "default_state_topic",
+    "function_state",
+    "version_of",
+]
 
 log = logging.getLogger(__name__)
+
+
+class FunctionNotFoundError(NotFoundError):
+    """No such function (tenant, namespace or name), and no state left by one."""
 
 
 def default_state_topic(tenant: str, namespace: str, name: str) -> str:
@@ -149,7 +159,8 @@ class FunctionStateReader:
         return (str(topic) if topic else default_state_topic(tenant, namespace, name)), True
 
     def query(self, tenant: str, namespace: str, name: str, key: str) -> dict[str, Any]:
-        """The key's ``FunctionState`` JSON; NotFoundError for a missing function or key."""
+        """The key's ``FunctionState`` JSON; NotFoundError for a missing key,
+        FunctionNotFoundError for a missing function."""
         if not isinstance(key, str) or not key:
             raise ValueError("a state key is a non-empty string")
         topic, registered = self.state_topic(tenant, namespace, name)
@@ -158,7 +169,7 @@ class FunctionStateReader:
         except TopicNotFoundError:
             if registered:  # deployed, nothing written yet
                 raise NotFoundError(f"key '{key}' doesn't exist.") from None
-            raise NotFoundError(f"Function {name} doesn't exist") from None
+            raise FunctionNotFoundError(f"Function {name} doesn't exist") from None
         try:
             return state.read(key)
         except StateTopicError:  # e.g. the topic was deleted: open it afresh next time

@@ -30,7 +30,7 @@ from pulsar_state.cli_options import (
     cluster_options,
 )
 from pulsar_state.errors import NotFoundError, PulsarStateError
-from pulsar_state.functions.queryable_state import FunctionStateReader
+from pulsar_state.functions.queryable_state import FunctionNotFoundError, FunctionStateReader
 
 __all__ = ["functions_group"]
 
@@ -115,9 +115,9 @@ def _watch(
     while True:
         try:
             state: dict[str, Any] | str = reader.query(*fqn, key)
+        except FunctionNotFoundError:
+            raise
         except NotFoundError as exc:
-            if "Function" in str(exc):
-                raise
             state = str(exc)
         if state != last:
             if isinstance(state, str):
