@@ -52,7 +52,10 @@ class PostgresBackend(SqlBackend):
     placeholder = "%s"
     integer_type = "BIGINT"
 
-    def __init__(self, url: str, *, connect_timeout_s: int = 10) -> None:
+    def __init__(
+        self, url: str, *, password: str | None = None, connect_timeout_s: int = 10
+    ) -> None:
+        """``password``, when given, overrides one in ``url`` (see ``database_password``)."""
         self.url = redact_database(url)
         if psycopg is None:
             raise ConfigurationError(
@@ -68,14 +71,16 @@ class PostgresBackend(SqlBackend):
                 f"sink 'database' {self.url!r} is not a valid PostgreSQL URL: {exc}"
             ) from None
         self._dsn = url
+        self._password = password
         self._connect_timeout_s = connect_timeout_s
         self._closed = False
         self._db: psycopg.Connection[Any] | None = self._connect()
 
     def _connect(self) -> psycopg.Connection[Any]:
         try:
+            extra: dict[str, Any] = {} if self._password is None else {"password": self._password}
             return psycopg.connect(
-                self._dsn, autocommit=True, connect_timeout=self._connect_timeout_s
+                self._dsn, autocommit=True, connect_timeout=self._connect_timeout_s, **extra
             )
         except psycopg.OperationalError as exc:
             raise SinkDatabaseError(

@@ -54,15 +54,22 @@ from typing import Any
 
 from pulsar import Function
 
-from pulsar_state.connectors.dead_letter import DeadLetters, read_key
+from pulsar_state.connectors.dead_letter import POISON_RECORDS, DeadLetters, read_key
 from pulsar_state.connectors.postgres_backend import PostgresBackend
-from pulsar_state.connectors.sql_backend import SqlBackend, plain_identifier, redact_database
+from pulsar_state.connectors.sql_backend import (
+    SqlBackend,
+    database_password,
+    plain_identifier,
+    redact_database,
+)
 from pulsar_state.connectors.sqlite_backend import SqliteBackend
 from pulsar_state.errors import (
     ConfigurationError,
     PoisonRecordError,
     PulsarStateError,
 )
+from pulsar_state.function_secrets import function_admin_headers
+from pulsar_state.instance_metrics import label_instance_metrics
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import PulsarMap
 from pulsar_state.scheduling.in_order import InOrderGate, require_in_order
@@ -79,7 +86,7 @@ __all__ = [
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
-def open_backend(database: Any) -> SqlBackend:
+def open_backend(database: Any, password: str | None = None) -> SqlBackend:
     """Connect to the database that the sink config's ``database`` names."""
     if not isinstance(database, str) or not database:
         raise ConfigurationError(
@@ -89,7 +96,7 @@ def open_backend(database: Any) -> SqlBackend:
     if scheme is None:
         return SqliteBackend(database)
     if scheme.group(1).lower() in ("postgresql", "postgres"):
-        return PostgresBackend(database)
+        return PostgresBackend(database, password=password)
     raise ConfigurationError(
         f"sink 'database' {redact_database(database)!r}: unsupported URL scheme "
         f"{scheme.group(1)!r} (a SQLite file path or a postgresql:// URL)"
@@ -141,7 +148,7 @@ class SqlUpsertSink:
 
     def open(self, config: dict[str, Any], context: Any = None) -> None:
         table = plain_identifier(config.get("table", "kv"), "table")
-        backend = open_backend(config.get("database"))
+        backend = open_backend(config.get("database"), database_password(config, context))
         try:
             backend.create_tables(table)
         except BaseException:
@@ -196,6 +203,8 @@ class SqlUpsertSink:
         recorded = dict(config)
         if isinstance(recorded.get("database"), str):
             recorded["database"] = redact_database(recorded["database"])
+        if recorded.get("databasePassword"):
+            recorded["databasePassword"] = "***"
         return recorded
 
     def close(self) -> None:
@@ -265,6 +274,7 @@ class SinkFunction(Function):  # type: ignore[misc]
         with self._lock:
             if self._sink is None:
                 require_in_order(context, "SinkFunction")
+                label_instance_metrics(context, extra=[POISON_RECORDS])
                 config = dict(context.get_user_config_map())
                 sink = SqlUpsertSink()
                 sink.open(config, context)
@@ -276,6 +286,7 @@ class SinkFunction(Function):  # type: ignore[misc]
                             context.get_pulsar_client(),
                             metadata_topic,
                             admin_url=config.get("adminUrl"),
+                            admin_headers=function_admin_headers(context),
                         )
                         self.config_version = record_metadata(
                             records,

@@ -17,14 +17,18 @@ is spelled (placeholders, column types).
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from pulsar_state.errors import ConfigurationError, PulsarStateError
 from pulsar_state.position import Position
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "POSITIONS_TABLE",
@@ -32,6 +36,7 @@ __all__ = [
     "SinkDatabaseError",
     "SqlBackend",
     "plain_identifier",
+    "database_password",
     "redact_database",
 ]
 
@@ -57,6 +62,46 @@ def plain_identifier(name: Any, what: str) -> str:
     if not isinstance(name, str) or not _IDENT.fullmatch(name):
         raise ConfigurationError(f"{what} must be a plain SQL identifier, got {name!r}")
     return name
+
+
+#: where ``pulsar-state sink run`` (no function secrets) takes the password from
+PASSWORD_ENV = "PULSAR_STATE_DATABASE_PASSWORD"
+#: the function secret (``secrets:`` of the function config) holding the password
+PASSWORD_SECRET = "databasePassword"
+
+
+def database_password(config: Mapping[str, Any], context: Any = None) -> str | None:
+    """The database password, kept out of the plain sink config.
+
+    In a function: the secret ``databasePassword`` (``context.get_secret``;
+    with Pulsar's default secrets provider the ``secrets:`` map of the function
+    config). Outside (``context`` is ``None``): the ``PULSAR_STATE_DATABASE_PASSWORD``
+    environment variable. Still accepted, with a deprecation warning in the
+    log: ``databasePassword`` in the plain config, or a password inside the
+    ``database`` URL (which applies when nothing else gives one).
+    """
+    logger = context.get_logger() if context is not None else log
+    secret = None
+    if context is not None and callable(getattr(context, "get_secret", None)):
+        secret = context.get_secret(PASSWORD_SECRET)
+    elif context is None:
+        secret = os.environ.get(PASSWORD_ENV)
+    if secret:
+        return str(secret)
+    plain = config.get(PASSWORD_SECRET)
+    where = "the function secret databasePassword" if context is not None else PASSWORD_ENV
+    if plain:
+        logger.warning(
+            "deprecated: the sink's databasePassword is in the plain config; use %s", where
+        )
+        return str(plain)
+    database = config.get("database")
+    if isinstance(database, str) and redact_database(database) != database:
+        logger.warning(
+            "deprecated: the sink's database URL holds a password in the plain config; use %s",
+            where,
+        )
+    return None
 
 
 def redact_database(database: str) -> str:

@@ -1,7 +1,8 @@
 """The distribution's own ``bin/pulsar-admin``, driven from Python.
 
-Deployments go through the same tool users run (``pulsar-admin functions
-create ...``), not through a re-implementation of its REST calls.
+``pulsar-state deploy --admin-client cli`` deploys with it (the tool users run,
+and what the tests check deployments against); the default, which needs no
+Java, is the REST client :class:`~pulsar_state.deploy.rest_admin.PulsarAdminRest`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from pulsar_state.cluster_auth import ClusterAuth
 from pulsar_state.deploy.distribution import PulsarDistribution
 from pulsar_state.deploy.errors import PulsarAdminError
 
@@ -30,16 +32,20 @@ class PulsarAdminCli:
         admin_url: str,
         distribution: PulsarDistribution | None = None,
         timeout_s: float = 180.0,
+        auth: ClusterAuth | None = None,
     ) -> None:
+        """``auth``: passed on as ``pulsar-admin``'s own ``--auth-*``/``--tls-*`` options."""
         if not admin_url.startswith(("http://", "https://")):
             raise ValueError(f"admin_url must be an http(s) URL, got {admin_url!r}")
         self.admin_url = admin_url
         self.distribution = (distribution or PulsarDistribution()).ensure()
         self.timeout_s = timeout_s
+        self._global_args = auth.pulsar_admin_args() if auth is not None else []
 
     def run(self, *args: str) -> str:
         """Run one command; return its stdout; raise :class:`PulsarAdminError`."""
-        argv = [str(self.distribution.pulsar_admin_bin), "--admin-url", self.admin_url, *args]
+        argv = [str(self.distribution.pulsar_admin_bin), "--admin-url", self.admin_url]
+        argv += [*self._global_args, *args]
         env = dict(os.environ)
         env.setdefault("PULSAR_MEM", "-Xmx256m")
         log.info("pulsar-admin %s", " ".join(args))

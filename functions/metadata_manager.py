@@ -41,7 +41,9 @@ from typing import Any
 from pulsar import Function
 
 from pulsar_state.errors import PulsarStateError
+from pulsar_state.function_secrets import function_admin_headers
 from pulsar_state.functions.function_map import open_function_map
+from pulsar_state.instance_metrics import label_instance_metrics
 from pulsar_state.pulsar_map import MapOp, PulsarMap
 
 __all__ = ["FunctionMetadataManager", "RequestError", "validate_config", "validate_fqn"]
@@ -99,7 +101,13 @@ class FunctionMetadataManager(Function):  # type: ignore[misc]
     def _records(self, context: Any) -> PulsarMap[str, Any]:
         with self._lock:
             if self._map is None:
-                self._map = open_function_map(context, "metadataTopic", "function-metadata")
+                label_instance_metrics(context)
+                self._map = open_function_map(
+                    context,
+                    "metadataTopic",
+                    "function-metadata",
+                    admin_headers=function_admin_headers(context),
+                )
             return self._map
 
     def process(self, input: Any, context: Any) -> str:

@@ -47,8 +47,10 @@ from typing import Any
 
 from pulsar import Function
 
+from pulsar_state.function_secrets import function_admin_headers
 from pulsar_state.functions.function_map import open_function_map
 from pulsar_state.functions.metadata_manager import validate_fqn
+from pulsar_state.instance_metrics import label_instance_metrics
 from pulsar_state.pulsar_map import MapOp, PulsarMap
 from pulsar_state.scheduling.assignment import instance_ids
 from pulsar_state.scheduling.scheduler import publish_assignment
@@ -132,7 +134,10 @@ class SchedulerFunction(Function):  # type: ignore[misc]
     def _map(self, context: Any, key: str, default_name: str) -> PulsarMap[str, Any]:
         with self._lock:
             if key not in self._maps:
-                self._maps[key] = open_function_map(context, key, default_name)
+                label_instance_metrics(context)
+                self._maps[key] = open_function_map(
+                    context, key, default_name, admin_headers=function_admin_headers(context)
+                )
             return self._maps[key]
 
     @staticmethod

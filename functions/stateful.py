@@ -46,7 +46,9 @@ from typing import Any
 
 from pulsar import Function
 
+from pulsar_state.function_secrets import function_admin_headers
 from pulsar_state.functions.function_map import open_function_map
+from pulsar_state.instance_metrics import label_instance_metrics
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import MapOp, PulsarMap
 from pulsar_state.scheduling.in_order import InOrderGate, require_in_order
@@ -144,8 +146,12 @@ class StatefulFunction(Function):  # type: ignore[misc]
         with self._lock:
             if self._map is None:
                 require_in_order(context, "StatefulFunction")
+                label_instance_metrics(context)
                 self._map = open_function_map(
-                    context, "stateTopic", function_state_name(context.get_function_name())
+                    context,
+                    "stateTopic",
+                    function_state_name(context.get_function_name()),
+                    admin_headers=function_admin_headers(context),
                 )
             return self._map
 

@@ -48,6 +48,14 @@ _PLUGINS = {
 }
 
 
+_CLASSES = {
+    "token": "org.apache.pulsar.client.impl.auth.AuthenticationToken",
+    "basic": "org.apache.pulsar.client.impl.auth.AuthenticationBasic",
+    "tls": "org.apache.pulsar.client.impl.auth.AuthenticationTls",
+    "oauth2": "org.apache.pulsar.client.impl.auth.oauth2.AuthenticationOAuth2",
+}
+
+
 def _key_values(params: str) -> dict[str, str]:
     """``k1:v1,k2:v2`` or a JSON object, as Pulsar's plugins accept their params."""
     text = params.strip()
@@ -193,6 +201,21 @@ class ClusterAuth:
             return None
         pairs = _key_values(self.auth_params or "")
         return pairs["tlsCertFile"], pairs["tlsKeyFile"]
+
+    def pulsar_admin_args(self) -> list[str]:
+        """The same settings as ``pulsar-admin``'s global options."""
+        args = []
+        kind = self.kind
+        if kind is not None:
+            params = f"token:{self.token()}" if kind == "token" else (self.auth_params or "")
+            args += ["--auth-plugin", _CLASSES[kind], "--auth-params", params]
+        if self.tls_trust_cert_path:
+            args += ["--tls-trust-cert-path", self.tls_trust_cert_path]
+        if self.tls_allow_insecure:
+            args.append("--tls-allow-insecure")
+        if self.tls_hostname_verification:
+            args.append("--tls-enable-hostname-verification")
+        return args
 
     def requests_verify(self) -> bool | str:
         """``requests``' ``verify``: the trust bundle, ``False`` if insecure, else ``True``."""

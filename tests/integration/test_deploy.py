@@ -31,9 +31,18 @@ PULSAR_STATE = Path(sys.executable).with_name("pulsar-state")
 
 
 def _cli(endpoint: PulsarEndpoint, *args: str) -> subprocess.CompletedProcess[str]:
+    """The installed ``pulsar-state``, where no Java is found: it deploys through REST."""
+    no_java = os.pathsep.join(
+        p for p in os.environ.get("PATH", "").split(os.pathsep) if not Path(p, "java").exists()
+    )
     return subprocess.run(
         [str(PULSAR_STATE), *args],
-        env={**os.environ, "PULSAR_ADMIN_URL": endpoint.admin_url},
+        env={
+            **os.environ,
+            "PULSAR_ADMIN_URL": endpoint.admin_url,
+            "JAVA_HOME": "/nonexistent/java-home",
+            "PATH": no_java,
+        },
         capture_output=True,
         text=True,
         timeout=1200,

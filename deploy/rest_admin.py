@@ -1,0 +1,206 @@
+"""Functions on a cluster through the admin REST API: no Java, no distribution.
+
+The same operations as :class:`~pulsar_state.deploy.pulsar_admin.PulsarAdminCli`,
+made the way ``pulsar-admin`` makes them (its Java admin client,
+``FunctionsImpl``): create is ``POST /admin/v3/functions/{tenant}/{ns}/{name}``
+and update a ``PUT`` there, each a ``multipart/form-data`` body with the
+function's code as the ``data`` part (a file, whose name tells the worker a
+``.py`` from a ``.zip`` or ``.whl``) and its ``FunctionConfig`` as the
+``functionConfig`` part (JSON); status is ``GET .../status``, delete is
+``DELETE``. The code packages the worker keeps are listed and deleted through
+``/admin/v3/packages/function/{tenant}/{ns}/{name}``.
+
+A refused call raises :class:`~pulsar_state.deploy.errors.PulsarAdminError`
+with the HTTP status and the worker's ``reason``; an unreachable cluster
+:class:`~pulsar_state.errors.AdminUnreachableError`. Reads are retried on
+connection errors and 5xx for ``retry_s``; a create or update is sent once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import requests
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
+
+from pulsar_state.deploy.errors import PulsarAdminError
+from pulsar_state.errors import AdminUnreachableError, ConfigurationError
+
+__all__ = ["PulsarAdminRest"]
+
+log = logging.getLogger(__name__)
+
+Fqn = tuple[str, str, str]
+
+
+class _TransientError(Exception):
+    pass
+
+
+def _reason(resp: requests.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and body.get("reason"):
+        return str(body["reason"])
+    return resp.text[:1500] or f"HTTP {resp.status_code}"
+
+
+class PulsarAdminRest:
+    """Create, update, inspect and delete functions through the admin REST API."""
+
+    def __init__(
+        self,
+        *,
+        admin_url: str,
+        headers: dict[str, str] | None = None,
+        verify: bool | str = True,
+        cert: tuple[str, str] | None = None,
+        timeout_s: float = 180.0,
+        retry_s: float = 30.0,
+    ) -> None:
+        """``headers``: authentication (``ClusterAuth.admin_headers()``); ``verify`` and
+        ``cert``: TLS trust and client certificate as ``requests`` takes them;
+        ``timeout_s`` bounds one call (an upload of a large package included)."""
+        if not admin_url.startswith(("http://", "https://")):
+            raise ConfigurationError(f"admin_url must be an http(s) URL, got {admin_url!r}")
+        if timeout_s <= 0 or retry_s < 0:
+            raise ValueError(f"timeout_s must be > 0 and retry_s >= 0, got {timeout_s}, {retry_s}")
+        self.admin_url = admin_url.rstrip("/")
+        self._session = requests.Session()
+        self._session.headers.update(headers or {})
+        self._session.verify = verify
+        if cert is not None:
+            self._session.cert = cert
+        self._timeout_s = timeout_s
+        self._retry_s = retry_s
+
+    def close(self) -> None:
+        self._session.close()
+
+    def __enter__(self) -> PulsarAdminRest:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- HTTP -------------------------------------------------------------------
+
+    @staticmethod
+    def _path(kind: str, fqn: Fqn) -> str:
+        return f"/admin/v3/{kind}/" + "/".join(quote(part, safe="") for part in fqn)
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        try:
+            return self._session.request(
+                method, f"{self.admin_url}{path}", timeout=self._timeout_s, **kwargs
+            )
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            raise AdminUnreachableError(
+                f"the Pulsar admin API at {self.admin_url} did not answer {method} {path}: {exc}"
+            ) from exc
+
+    def _read(self, path: str) -> requests.Response:
+        """A GET, retried on connection errors and 5xx answers for ``retry_s``."""
+
+        def attempt() -> requests.Response:
+            try:
+                resp = self._send("GET", path)
+            except AdminUnreachableError as exc:
+                raise _TransientError(str(exc)) from exc
+            if resp.status_code >= 500:
+                raise _TransientError(f"{resp.status_code}: {_reason(resp)}")
+            return resp
+
+        try:
+            return Retrying(
+                retry=retry_if_exception_type(_TransientError),
+                stop=stop_after_delay(self._retry_s),
+                wait=wait_exponential(multiplier=0.2, max=3),
+                reraise=True,
+            )(attempt)
+        except _TransientError as exc:
+            raise AdminUnreachableError(
+                f"the Pulsar admin API at {self.admin_url} did not answer GET {path} "
+                f"within {self._retry_s:.0f}s: {exc}"
+            ) from exc
+
+    @staticmethod
+    def _check(resp: requests.Response, what: list[str], ok: tuple[int, ...] = (200, 204)) -> None:
+        if resp.status_code not in ok:
+            raise PulsarAdminError(what, resp.status_code, _reason(resp))
+
+    # -- functions --------------------------------------------------------------
+
+    def _upload(self, method: str, fqn: Fqn, config: dict[str, Any], code: Path) -> None:
+        tenant, namespace, name = fqn
+        body = {**config, "tenant": tenant, "namespace": namespace, "name": name}
+        if code.suffix in (".py", ".zip", ".whl"):
+            body.setdefault("runtime", "PYTHON")
+            body["py"] = code.name
+        what = [method, "functions", "/".join(fqn)]
+        log.info("%s %s with %s (%d bytes)", method, "/".join(fqn), code.name, code.stat().st_size)
+        with code.open("rb") as data:
+            files = {
+                "data": (code.name, data, "application/octet-stream"),
+                "functionConfig": (None, json.dumps(body), "application/json"),
+            }
+            resp = self._send(method, self._path("functions", fqn), files=files)
+        self._check(resp, what)
+
+    def create_function(self, *, fqn: Fqn, config: dict[str, Any], code: Path) -> None:
+        """Register ``fqn`` with ``config`` (a ``FunctionConfig`` mapping) and ``code``."""
+        self._upload("POST", fqn, config, code)
+
+    def update_function(self, *, fqn: Fqn, config: dict[str, Any], code: Path) -> None:
+        """Replace the config and code of ``fqn`` (the worker restarts its instances)."""
+        self._upload("PUT", fqn, config, code)
+
+    def function_exists(self, fqn: Fqn) -> bool:
+        resp = self._read(self._path("functions", fqn))
+        if resp.status_code == 404:
+            return False
+        self._check(resp, ["GET", "functions", "/".join(fqn)])
+        return True
+
+    def function_status(self, fqn: Fqn) -> dict[str, Any]:
+        resp = self._read(self._path("functions", fqn) + "/status")
+        self._check(resp, ["GET", "functions", "/".join(fqn), "status"])
+        status: dict[str, Any] = resp.json()
+        return status
+
+    def delete_function(self, fqn: Fqn) -> bool:
+        """Delete ``fqn``; ``False`` if it was not there."""
+        resp = self._send("DELETE", self._path("functions", fqn))
+        if resp.status_code == 404:
+            return False
+        self._check(resp, ["DELETE", "functions", "/".join(fqn)])
+        return True
+
+    def delete_packages(self, fqn: Fqn) -> list[str]:
+        """Delete the code packages the worker stored for ``fqn``; the versions deleted.
+
+        Pulsar 4.0's worker keeps ``function://tenant/ns/name@<version>`` after
+        a function is deleted, and a later create of the same name then fails
+        ("Package ... metadata already exists").
+        """
+        path = self._path("packages/function", fqn)
+        resp = self._read(path)
+        if resp.status_code != 200:  # none stored, or no package management
+            log.debug("no packages for %s: %s", "/".join(fqn), _reason(resp)[-200:])
+            return []
+        deleted = []
+        for version in resp.json() or []:
+            gone = self._send("DELETE", f"{path}/{quote(str(version), safe='')}")
+            if gone.status_code in (200, 204, 404):
+                deleted.append(str(version))
+            else:
+                log.warning(
+                    "could not delete package %s@%s: %s", "/".join(fqn), version, _reason(gone)
+                )
+        return deleted
