@@ -71,7 +71,7 @@ from pulsar_state.errors import (
 from pulsar_state.function_secrets import function_admin_headers
 from pulsar_state.instance_metrics import label_instance_metrics
 from pulsar_state.position import Position
-from pulsar_state.pulsar_map import PulsarMap
+from pulsar_state.pulsar_map import MapOp, PulsarMap
 from pulsar_state.scheduling.in_order import InOrderGate, require_in_order
 
 __all__ = [
@@ -225,7 +225,7 @@ def record_metadata(
     wanted = {"config": config, "schema": schema}
     result: dict[str, int] = {}
 
-    def gen(state: dict[str, Any]) -> list[Any]:
+    def gen(state: Mapping[str, Any]) -> list[MapOp[str, Any]]:
         current = state.get(key)
         if current is not None and {k: current[k] for k in wanted} == wanted:
             result["version"] = current["version"]
@@ -233,9 +233,9 @@ def record_metadata(
         version = 0 if current is None else current["version"] + 1
         result["version"] = version
         record = {**wanted, "version": version, "updateTime": int(time.time() * 1000)}
-        return [records._op(key, record)]
+        return [MapOp.put(key, record)]
 
-    records.manager.write(gen).result(timeout=60)
+    records.transact(gen).result(timeout=60)
     return result["version"]
 
 

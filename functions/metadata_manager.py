@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from pulsar import Function
@@ -143,7 +144,7 @@ class FunctionMetadataManager(Function):  # type: ignore[misc]
             raise RequestError(f"op must be create, update, delete or get, got {op!r}")
         outcome: dict[str, Any] = {}
 
-        def gen(state: dict[str, Any]) -> list[MapOp[str, Any]]:
+        def gen(state: Mapping[str, Any]) -> list[MapOp[str, Any]]:
             current = state.get(fqn)
             now = int(time.time() * 1000)
             if op == "create":
@@ -165,7 +166,7 @@ class FunctionMetadataManager(Function):  # type: ignore[misc]
                     )
                 if op == "delete":
                     outcome["record"] = current
-                    return [records._delete_op(fqn)]
+                    return [MapOp.delete(fqn)]
                 record = {
                     **current,
                     "version": current["version"] + 1,
@@ -173,10 +174,10 @@ class FunctionMetadataManager(Function):  # type: ignore[misc]
                     "updateTime": now,
                 }
             outcome["record"] = record
-            return [records._op(fqn, record)]
+            return [MapOp.put(fqn, record)]
 
         try:
-            records.manager.write(gen).result(timeout=60)
+            records.transact(gen).result(timeout=60)
         except RequestError:
             raise
         except PulsarStateError as exc:

@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,13 +194,13 @@ class SchedulerFunction(Function):  # type: ignore[misc]
         """
         clock: dict[str, int] = {}
 
-        def gen(state: dict[str, Any]) -> list[MapOp[str, Any]]:
+        def gen(state: Mapping[str, Any]) -> list[MapOp[str, Any]]:
             now = int(time.time() * 1000) if now_ms is None else now_ms
             ts = heartbeat.ts
             backlog = ts is not None and now - ts > ttl_ms // 2
             clock["now"], clock["backlog"] = now, int(backlog)
-            ops = [
-                members._delete_op(m)
+            ops: list[MapOp[str, Any]] = [
+                MapOp.delete(m)
                 for m, record in state.items()
                 if m != heartbeat.member
                 and (not _expiry(record) or (_expiry(record) < now and not backlog))
@@ -212,9 +213,9 @@ class SchedulerFunction(Function):  # type: ignore[misc]
             if left and current is None:
                 return ops
             record = {"expires": now + ttl_ms, "seen": ts, "left": left}
-            return [*ops, members._op(heartbeat.member, record)]
+            return [*ops, MapOp.put(heartbeat.member, record)]
 
-        def alive(state: dict[str, Any]) -> list[str]:
+        def alive(state: Mapping[str, Any]) -> list[str]:
             now, backlog = clock.get("now", 0), clock.get("backlog", 0)
             return sorted(
                 m
@@ -222,5 +223,5 @@ class SchedulerFunction(Function):  # type: ignore[misc]
                 if _expiry(r) and (backlog or _expiry(r) >= now) and not r.get("left")
             )
 
-        result: list[str] = members.manager.write(gen, reader=alive).result(timeout=60)
+        result: list[str] = members.transact(gen, reader=alive).result(timeout=60)
         return result

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import base64
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pulsar import Function
@@ -113,7 +113,7 @@ class FunctionState:
     def del_state(self, key: str) -> None:
         self._values[key] = None
 
-    def ops(self, latest: dict[str, Any]) -> list[MapOp[str, Any]]:
+    def ops(self, latest: Mapping[str, Any]) -> list[MapOp[str, Any]]:
         """This message's changes as map ops against the latest state."""
         ops: list[MapOp[str, Any]] = []
         for key in sorted(self._reset - self._counters.keys()):
@@ -187,31 +187,16 @@ class StatefulFunction(Function):  # type: ignore[misc]
         state = FunctionState(lambda key: state_map.get(key).result(timeout=60))
         output = self.handle(input, state, context)
 
-        def commit(latest: dict[str, Any]) -> list[MapOp[str, Any]]:
+        def commit(latest: Mapping[str, Any]) -> list[MapOp[str, Any]]:
             already = latest.get(marker)
             if already is not None and not position > Position.parse(already):
                 return []  # another attempt of this message got here first
             return [*state.ops(latest), MapOp(marker, str(position))]
 
-        state_map.manager.write(_serialize_ops(state_map, commit)).result(timeout=120)
+        state_map.transact(commit).result(timeout=120)
         return output
 
     def close(self) -> None:
         self._gate.close()
         if self._map is not None:
             self._map.close()
-
-
-def _serialize_ops(state_map: PulsarMap[str, Any], generator: Any) -> Any:
-    """Turn plain ``MapOp(key, value)`` into serialized map ops (validated)."""
-
-    def gen(latest: dict[str, Any]) -> list[MapOp[str, Any]]:
-        out = []
-        for op in generator(latest):
-            if op.is_delete:
-                out.append(state_map._delete_op(op.key))
-            else:
-                out.append(state_map._op(op.key, op.value))
-        return out
-
-    return gen

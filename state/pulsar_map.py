@@ -10,14 +10,17 @@ Every call returns a :class:`concurrent.futures.Future`. Reads are local unless
 everything that looks at the current value (``update``, ``replace``,
 ``put_if_absent``, ``delete``) runs against the latest state and is re-run if
 the writer is fenced meanwhile, so concurrent read-modify-writes lose nothing.
+:meth:`PulsarMap.transact` is the general form: any number of puts and
+deletes, computed from the latest state, written as one atomic write.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
-from typing import Any, Generic, Self, TypeVar
+from types import MappingProxyType
+from typing import Any, Generic, Self, TypeVar, overload
 
 import pulsar
 
@@ -39,7 +42,11 @@ _DELETE: Any = object()
 
 
 class MapOp(Generic[K, V]):
-    """Set ``key`` to ``value``, or delete it (``value is MapOp.DELETE``)."""
+    """Set ``key`` to ``value``, or delete it (``value is MapOp.DELETE``).
+
+    The map's own op: :meth:`PulsarMap.transact` takes them, listeners of the
+    map's manager get them. Build them with :meth:`put` and :meth:`delete`.
+    """
 
     DELETE: Any = _DELETE
     __slots__ = ("key", "payload", "value")
@@ -49,9 +56,22 @@ class MapOp(Generic[K, V]):
         self.value = value
         self.payload = payload
 
+    @classmethod
+    def put(cls, key: K, value: V) -> MapOp[K, V]:
+        """The op that sets ``key`` to ``value``."""
+        return cls(key, value)
+
+    @classmethod
+    def delete(cls, key: K) -> MapOp[K, V]:
+        """The op that removes ``key`` (nothing if it is absent)."""
+        return cls(key, _DELETE)
+
     @property
     def is_delete(self) -> bool:
         return self.value is _DELETE
+
+    def __repr__(self) -> str:
+        return f"MapOp.delete({self.key!r})" if self.is_delete else f"MapOp.put({self.key!r}, ...)"
 
 
 class _MapCodec(Generic[K, V]):
@@ -278,6 +298,78 @@ class PulsarMap(Generic[K, V]):
             return [self._delete_op(k) for k in state]
 
         return self._then(self.manager.write(gen), lambda: count["n"])
+
+    @overload
+    def transact(
+        self,
+        fn: Callable[[Mapping[K, V]], Iterable[MapOp[K, V]] | None],
+        *,
+        reader: None = None,
+    ) -> Future[Position]: ...
+
+    @overload
+    def transact(
+        self,
+        fn: Callable[[Mapping[K, V]], Iterable[MapOp[K, V]] | None],
+        *,
+        reader: Callable[[Mapping[K, V]], R],
+    ) -> Future[R]: ...
+
+    def transact(
+        self,
+        fn: Callable[[Mapping[K, V]], Iterable[MapOp[K, V]] | None],
+        *,
+        reader: Callable[[Mapping[K, V]], R] | None = None,
+    ) -> Future[Position] | Future[R]:
+        """Write the ops ``fn(latest)`` returns as one atomic write.
+
+        ``fn`` gets a read-only view of the latest state and returns the map's
+        ops (:meth:`MapOp.put`, :meth:`MapOp.delete`), or nothing to write
+        nothing. Every reader sees all of them or none. ``fn`` may run more
+        than once (after fencing, on the newer state): it must have no side
+        effects and must not keep or change the view or its values. Keys and
+        values are validated and serialized as for :meth:`put`; one bad op
+        fails the whole write. ``reader`` (optional) runs on the state right
+        after the write, under the same lock, to return a consistent result.
+
+        Returns:
+            A future of the write's position token (:class:`Position`; the
+            applied position when ``fn`` wrote nothing), or of
+            ``reader(state)`` when a reader is given.
+
+        Raises (through the future):
+            Whatever ``fn`` or ``reader`` raises, unchanged.
+            ValueError, TypeError: a key or value the map refuses.
+            TooManyOpsError, ValueTooLargeError: over ``max_ops_per_write`` or
+                ``max_write_bytes`` (nothing is written).
+            OperationTimeoutError, FencedError, StateClosedError: as for any write.
+        """
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+
+        def gen(state: dict[K, V]) -> list[MapOp[K, V]]:
+            ops = fn(MappingProxyType(state))
+            if ops is None:
+                return []
+            out: list[MapOp[K, V]] = []
+            for op in ops:
+                if not isinstance(op, MapOp):
+                    raise TypeError(
+                        f"transact takes MapOp.put(...)/MapOp.delete(...), got {type(op).__name__}"
+                    )
+                out.append(self._delete_op(op.key) if op.is_delete else self._op(op.key, op.value))
+            return out
+
+        if reader is None:
+            written: Future[Position] = self.manager.write(gen)
+            return written
+        view_reader = reader
+
+        def read(state: dict[K, V]) -> R:
+            return view_reader(MappingProxyType(state))
+
+        result: Future[R] = self.manager.write(gen, reader=read)
+        return result
 
     @staticmethod
     def _then(written: Future[Any], value: Callable[[], R]) -> Future[R]:
