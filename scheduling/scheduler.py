@@ -23,13 +23,14 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from pulsar_state.coordination import CoordinationService, ResourceLock
 from pulsar_state.errors import PulsarStateError
 from pulsar_state.metadata_base import BaseMetadataStore
 from pulsar_state.metadata_state import Notification
-from pulsar_state.pulsar_map import PulsarMap
+from pulsar_state.pulsar_map import MapOp, PulsarMap
 from pulsar_state.scheduling.assignment import assign, instance_ids
 
 __all__ = ["Scheduler", "publish_assignment"]
@@ -54,15 +55,16 @@ def publish_assignment(
     """
     outcome: dict[str, Any] = {}
 
-    def gen(state: dict[str, str]) -> list[Any]:
+    def gen(state: Mapping[str, str]) -> list[MapOp[str, str]]:
         target = assign(wanted, members, state) if members else {}
         changed = {i: m for i, m in target.items() if state.get(i) != m}
         removed = [i for i in state if i not in target]
+        # the run that is written is the last one: its outcome is the one kept
         outcome["target"], outcome["moved"] = target, len(changed) + len(removed)
-        ops = [assignments._op(i, m) for i, m in changed.items()]
-        return ops + [assignments._delete_op(i) for i in removed]
+        ops = [MapOp.put(i, m) for i, m in changed.items()]
+        return ops + [MapOp.delete(i) for i in removed]
 
-    assignments.manager.write(gen).result(timeout=timeout_s)
+    assignments.transact(gen).result(timeout=timeout_s)
     return outcome["target"], outcome["moved"]
 
 
