@@ -66,7 +66,7 @@ setup(
         "functions": [PULSAR_CLIENT.replace("pulsar-client", "pulsar-client[functions]")],
         "spark": SPARK,
         # `make bench`: the peers' usual Python clients and the plots
-        "bench": ["aetcd>=1.0", "kazoo>=2.10", "matplotlib>=3.8"],
+        "bench": ["aetcd>=1.0", "etcd3>=0.12", "kazoo>=2.10", "matplotlib>=3.8"],
         # the SQL sink on PostgreSQL (selected by a postgresql:// URL)
         "postgres": [PSYCOPG],
         "test": [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -23,17 +24,58 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 
 
-@contextmanager
-def broker() -> Iterator[tuple[str, str]]:
-    """``PULSAR_SERVICE_URL``/``PULSAR_ADMIN_URL`` if set, else the embedded standalone."""
+def external_broker() -> tuple[str, str] | None:
+    """``PULSAR_SERVICE_URL``/``PULSAR_ADMIN_URL`` when both are set."""
     service, admin = os.environ.get("PULSAR_SERVICE_URL"), os.environ.get("PULSAR_ADMIN_URL")
-    if service and admin:
-        yield service, admin
+    return (service, admin) if service and admin else None
+
+
+_JOURNAL_SYNC = re.compile(r'"journalSyncData" : "(true|false)"')
+
+
+def logged_journal_sync(standalone: StandaloneBroker) -> bool | None:
+    """The bookie's ``journalSyncData`` as its last start logged it (its config dump)."""
+    try:
+        text = standalone.log_file.read_text(errors="replace")
+    except OSError:
+        return None
+    found = _JOURNAL_SYNC.findall(text)
+    return found[-1] == "true" if found else None
+
+
+@contextmanager
+def broker(*, journal_sync: bool | None = None, name: str = "bench") -> Iterator[tuple[str, str]]:
+    """``PULSAR_SERVICE_URL``/``PULSAR_ADMIN_URL`` if set, else the embedded standalone.
+
+    Args:
+        journal_sync: the bookie's ``journalSyncData`` (fsync of its journal before
+            an entry is acknowledged) for this bench broker only; ``None`` keeps the
+            product's default. Checked against the bookie's logged configuration.
+        name: the broker's data directory under ``.pulsar/`` (one broker each).
+    """
+    external = external_broker()
+    if external:
+        yield external
         return
-    standalone = StandaloneBroker(data_dir=REPO / ".pulsar" / "bench", functions=False)
+    settings = {} if journal_sync is None else {"journalSyncData": str(journal_sync).lower()}
+    standalone = StandaloneBroker(
+        data_dir=REPO / ".pulsar" / name, functions=False, broker_settings=settings
+    )
     already = standalone.status()
+    if (
+        already is not None
+        and journal_sync is not None
+        and logged_journal_sync(standalone) != journal_sync
+    ):  # left running with other settings
+        standalone.stop()
+        already = None
     info: BrokerInfo = standalone.start()
     try:
+        if journal_sync is not None and logged_journal_sync(standalone) != journal_sync:
+            raise RuntimeError(
+                f"the bench broker in {standalone.data_dir} did not start with "
+                f"journalSyncData={str(journal_sync).lower()} (see {standalone.log_file})"
+            )
         yield info.service_url, info.admin_url
     finally:
         if already is None:

@@ -4,6 +4,8 @@
 missing (as root, idempotent), starts the server in its own process group with
 a private data directory under the git-ignored ``.cache/bench/``, waits until
 its client port answers, and stops exactly the process group it started.
+A server that cannot be installed or started raises :class:`BenchSetupError`
+with what went wrong and what to do.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ CACHE = REPO / ".cache" / "bench"
 APT = ["apt-get", "-o", "DPkg::Lock::Timeout=600"]
 
 
+class BenchSetupError(RuntimeError):
+    """The bench cannot run here as configured; the message says why and what to do."""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -35,13 +41,31 @@ def ensure_package(package: str, probe: str) -> None:
     if Path(probe).exists() or shutil.which(probe):
         return
     if os.geteuid() != 0:
-        raise RuntimeError(f"{package} is not installed and installing it needs root")
+        raise BenchSetupError(
+            f"{probe} is missing: install the Debian package {package} "
+            f"(sudo apt-get install {package}; installing it needs root), or leave this "
+            "peer out with --systems"
+        )
+    if shutil.which(APT[0]) is None:
+        raise BenchSetupError(
+            f"{probe} is missing and there is no apt-get to install {package}: install "
+            "it by hand, or leave this peer out with --systems"
+        )
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     print(f"installing the Debian package {package}", flush=True)
-    subprocess.run([*APT, "update", "-q"], check=True, env=env, capture_output=True)
-    subprocess.run([*APT, "install", "-y", "-q", package], check=True, env=env, capture_output=True)
+    for step in ([*APT, "update", "-q"], [*APT, "install", "-y", "-q", package]):
+        try:
+            subprocess.run(step, check=True, env=env, capture_output=True, timeout=1200)
+        except subprocess.CalledProcessError as exc:
+            tail = (exc.stderr or b"").decode(errors="replace").strip()[-600:]
+            raise BenchSetupError(
+                f"{' '.join(step)} failed (exit {exc.returncode}): {tail}; install "
+                f"{package} by hand, or leave this peer out with --systems"
+            ) from exc
+        except subprocess.TimeoutExpired as exc:
+            raise BenchSetupError(f"{' '.join(step)} took over 1200 s") from exc
     if not (Path(probe).exists() or shutil.which(probe)):
-        raise RuntimeError(f"installed {package} but {probe} is still missing")
+        raise BenchSetupError(f"installed {package} but {probe} is still missing")
 
 
 class LocalServer:
@@ -95,7 +119,12 @@ class LocalServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited at start; see {self._log.name}")
+                self._log.flush()
+                tail = Path(self._log.name).read_text(errors="replace").strip()[-600:]
+                raise BenchSetupError(
+                    f"{self.name} exited at start (code {self._process.returncode}); "
+                    f"{self._log.name} ends with: {tail}"
+                )
             with (
                 contextlib.suppress(OSError),
                 socket.create_connection(("127.0.0.1", self.port), timeout=1),
@@ -104,7 +133,10 @@ class LocalServer:
                     return self
             time.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"{self.name} did not answer on port {self.port} in {timeout_s}s")
+        raise BenchSetupError(
+            f"{self.name} did not answer on port {self.port} in {timeout_s}s; see "
+            f"{self.data_dir.parent / (self.name + '.log')}"
+        )
 
     def prepare_data(self) -> None:
         """Files the server needs in its fresh data directory."""

@@ -3,37 +3,85 @@
 Each workload drives a :class:`Peer`; each peer is used the way its users
 usually use it from Python:
 
-- ``pulsar-map``: :class:`pulsar_state.PulsarMap` (bytes values); increments with
+- ``pulsar-map``: :class:`pulsar_state.PulsarMap` (bytes values) with the default
+  :class:`~pulsar_state.StateConfig` (``access_mode="adaptive"``); increments with
   ``update`` (the writer re-runs the function on the latest state);
   ``pulsar-map-wait`` is the same with ``StateConfig(access_mode="wait")``:
   writers queue for the topic (``WaitForExclusive``) instead of taking it over;
 - ``pulsar-meta``: :class:`pulsar_state.MetadataStore`; increments by versioned
   compare-and-set (``get(latest=True)`` then ``put(expected_version=...)``);
-- ``etcd``: the asyncio gRPC client ``aetcd``, driven by a private event loop
-  (``run_until_complete``: no thread hop); linearizable ``get`` (etcd's default);
-  increments by a transaction comparing the key's ``mod_revision``;
+- ``etcd-etcd3``: the synchronous gRPC client ``etcd3`` (0.12); its generated
+  protobuf modules predate protobuf 4 and import only with the pure-Python
+  protobuf runtime, so its process runs with
+  ``PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python`` (:data:`CHILD_ENV`; set
+  before the interpreter starts, never in a process that has imported
+  protobuf already);
+- ``etcd-aetcd``: the asyncio gRPC client ``aetcd``, driven by a private event
+  loop (``run_until_complete``: no thread hop), with the default (C) protobuf
+  runtime;
+- both etcd clients: linearizable ``get`` (etcd's default); increments by a
+  transaction comparing the key's ``mod_revision``;
 - ``zookeeper``: ``kazoo``; a linearizable read is ``sync`` then ``get``;
   increments by ``set(version=...)``;
 - ``pulsar-raw``: a plain producer on the same broker (puts only): the ceiling.
 
 Peers are created inside the process that uses them (workers pickle only a
-:class:`PeerSpec`).
+:class:`PeerSpec`); a client that cannot be imported raises
+:class:`PeerSetupError` with what to install.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pulsar
 
 from pulsar_state import BadVersionError, BytesSerde, MetadataStore, PulsarMap, StateConfig
-from pulsar_state.config import AccessMode
 from pulsar_state.topic_names import full_topic_name
 
-PEERS = ("pulsar-map", "pulsar-map-wait", "pulsar-meta", "etcd", "zookeeper", "pulsar-raw")
+PEERS = (
+    "pulsar-map",
+    "pulsar-map-wait",
+    "pulsar-meta",
+    "etcd-etcd3",
+    "etcd-aetcd",
+    "zookeeper",
+    "pulsar-raw",
+)
+#: the Pulsar-based systems (measured on each broker the bench runs)
+PULSAR_SYSTEMS = frozenset({"pulsar-map", "pulsar-map-wait", "pulsar-meta", "pulsar-raw"})
+#: environment a system's process must start with (set before any protobuf import)
+CHILD_ENV: dict[str, dict[str, str]] = {
+    "etcd-etcd3": {"PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": "python"},
+}
+#: the Python module each peer's client comes from, and where it is declared
+CLIENT_MODULES = {"etcd-etcd3": "etcd3", "etcd-aetcd": "aetcd", "zookeeper": "kazoo"}
+
+
+class PeerSetupError(RuntimeError):
+    """A peer's client or server cannot be used here; the message says what to do."""
+
+
+def import_client(system: str) -> Any:
+    """Import ``system``'s client module or raise :class:`PeerSetupError`."""
+    module = CLIENT_MODULES[system]
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise PeerSetupError(
+            f"{system}: the Python client {module!r} is not installed ({exc}); "
+            "install the bench extra: .venv/bin/pip install -e '.[bench]' (make bench does)"
+        ) from exc
+    except TypeError as exc:  # protobuf >= 4 refusing old generated modules
+        raise PeerSetupError(
+            f"{system}: {module!r} cannot load its protobuf modules ({exc}); its process "
+            f"needs {CHILD_ENV.get(system, {})} in the environment before it starts"
+        ) from exc
 
 
 @dataclass(frozen=True)
@@ -48,15 +96,16 @@ class PeerSpec:
     zookeeper_port: int = 0
 
     def open(self) -> Peer:
-        opener = {
+        openers: dict[str, Callable[[PeerSpec], Peer]] = {
             "pulsar-map": OursMap,
             "pulsar-map-wait": OursMap,
             "pulsar-meta": OursMeta,
-            "etcd": Etcd,
+            "etcd-etcd3": Etcd3,
+            "etcd-aetcd": Etcd,
             "zookeeper": ZooKeeper,
             "pulsar-raw": RawPulsar,
-        }[self.name]
-        return opener(self)
+        }
+        return openers[self.name](self)
 
 
 class Peer(Protocol):
@@ -90,13 +139,13 @@ def _plus_one(value: bytes | None) -> bytes:
 class OursMap:
     def __init__(self, spec: PeerSpec) -> None:
         self._client = _client(spec)
-        mode: AccessMode = "wait" if spec.name.endswith("-wait") else "fencing"
+        config = StateConfig(access_mode="wait") if spec.name.endswith("-wait") else StateConfig()
         self.map: PulsarMap[str, bytes] = PulsarMap(
             self._client,
             _topic(spec),
             admin_url=spec.admin_url,
             value_serde=BytesSerde(),
-            config=StateConfig(access_mode=mode),
+            config=config,
         )
 
     def put(self, key: str, value: bytes) -> None:
@@ -144,9 +193,46 @@ class OursMeta:
         self._client.close()
 
 
-class Etcd:
+class Etcd3:
+    """etcd through the synchronous ``etcd3`` client (one gRPC channel, blocking stubs)."""
+
     def __init__(self, spec: PeerSpec) -> None:
-        import aetcd  # noqa: PLC0415 - a bench-only dependency
+        etcd3 = import_client(spec.name)
+        self._prefix = f"/bench/{spec.namespace}/"
+        self._etcd = etcd3.client(host="127.0.0.1", port=spec.etcd_port, timeout=30)
+
+    def put(self, key: str, value: bytes) -> None:
+        self._etcd.put(self._prefix + key, value)
+
+    def read_latest(self, key: str) -> bytes | None:
+        value, _ = self._etcd.get(self._prefix + key)  # linearizable unless serializable=True
+        return None if value is None else bytes(value)
+
+    def increment(self, key: str) -> int:
+        full = self._prefix + key
+        tx = self._etcd.transactions
+        retries = 0
+        while True:
+            value, meta = self._etcd.get(full)
+            revision = 0 if meta is None else meta.mod_revision
+            ok, _ = self._etcd.transaction(
+                compare=[tx.mod(full) == revision],
+                success=[tx.put(full, _plus_one(value))],
+                failure=[],
+            )
+            if ok:
+                return retries
+            retries += 1
+
+    def close(self) -> None:
+        self._etcd.close()
+
+
+class Etcd:
+    """etcd through the asyncio ``aetcd`` client on a private event loop."""
+
+    def __init__(self, spec: PeerSpec) -> None:
+        aetcd = import_client(spec.name)
 
         self._prefix = f"/bench/{spec.namespace}/"
         self._loop = asyncio.new_event_loop()
@@ -189,7 +275,8 @@ class Etcd:
 
 class ZooKeeper:
     def __init__(self, spec: PeerSpec) -> None:
-        from kazoo.client import KazooClient  # noqa: PLC0415 - a bench-only dependency
+        import_client(spec.name)
+        from kazoo.client import KazooClient  # type: ignore[import-untyped]  # noqa: PLC0415
 
         self._root = f"/bench/{spec.namespace}"
         self._zk = KazooClient(
@@ -201,7 +288,7 @@ class ZooKeeper:
         self._zk.ensure_path(self._root)
 
     def put(self, key: str, value: bytes) -> None:
-        from kazoo.exceptions import NoNodeError  # noqa: PLC0415
+        from kazoo.exceptions import NoNodeError  # type: ignore[import-untyped]  # noqa: PLC0415
 
         path = f"{self._root}/{key}"
         try:

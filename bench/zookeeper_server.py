@@ -3,7 +3,8 @@
 Debian's ``zkEnv.sh`` insists on ``/etc/zookeeper/conf`` and ``/var/log``; this
 starts ``QuorumPeerMain`` directly with a private ``zoo.cfg`` instead (the
 jar's manifest carries its own class path). Defaults kept: the transaction log
-is fsynced (``forceSync=yes``), 2 s ticks.
+is fsynced before a commit is acknowledged (``forceSync=yes``, written out in
+the ``zoo.cfg``), 2 s ticks.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class ZooKeeperServer(LocalServer):
                     "admin.enableServer=false",
                     "4lw.commands.whitelist=ruok",
                     "maxClientCnxns=0",
+                    "forceSync=yes",  # the default, stated: fsync the log on every commit
                 ]
             )
             + "\n"
