@@ -16,7 +16,9 @@ deletes, computed from the latest state, written as one atomic write.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from types import MappingProxyType
@@ -27,11 +29,12 @@ import pulsar
 from pulsar_state import futures
 from pulsar_state.config import DEFAULT_COMPACTION_THRESHOLD_BYTES, StateConfig
 from pulsar_state.manager import SharedStateManager
+from pulsar_state.map_watch import ChangeTracker, MapChange, MapWatch, history_replayer, key_matcher
 from pulsar_state.position import Position
 from pulsar_state.serde import JsonSerde, KeySerde, Serde, StrKeySerde
 from pulsar_state.topic_format import check_user_key
 
-__all__ = ["MapOp", "PulsarMap"]
+__all__ = ["MapChange", "MapOp", "MapWatch", "PulsarMap"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -127,6 +130,9 @@ class PulsarMap(Generic[K, V]):
         value_serde: Serde[V] | None = None,
         config: StateConfig | None = None,
     ) -> None:
+        self._client = client
+        self._watches: set[MapWatch[K, V]] = set()
+        self._watches_lock = threading.Lock()
         self._codec: _MapCodec[K, V] = _MapCodec(
             key_serde or StrKeySerde(),  # type: ignore[arg-type]
             value_serde or JsonSerde(),
@@ -371,6 +377,77 @@ class PulsarMap(Generic[K, V]):
         result: Future[R] = self.manager.write(gen, reader=read)
         return result
 
+    # -- watching -------------------------------------------------------------
+
+    def watch(
+        self,
+        key_or_prefix: K | str | None,
+        callback: Callable[[MapChange[K, V]], Any],
+        from_position: Position | str | None = None,
+        *,
+        prefix: bool = False,
+        timeout_s: float | None = None,
+    ) -> MapWatch[K, V]:
+        """Call ``callback(change)`` for every change of a key, in log order.
+
+        ``key_or_prefix``: one key; with ``prefix=True`` every key whose string
+        form starts with it; ``None``: every key. ``from_position`` (a token
+        from a write, or ``str`` of one): the changes after it, history first;
+        ``None``: from now. Each :class:`MapChange` has the key, the new value
+        or ``deleted``, the value it replaced and the write's position. See
+        :mod:`pulsar_state.map_watch` for order, threads and callback errors.
+
+        Returns:
+            The running :class:`MapWatch`; :meth:`MapWatch.stop` ends it (so
+            does :meth:`close`).
+
+        Raises:
+            TypeError, ValueError: at the call, for a bad key, prefix, position
+                or callback.
+            Through :attr:`MapWatch.failure` (the watch stops, logged):
+                OperationTimeoutError if the history after ``from_position`` is
+                not read within ``timeout_s`` (default: four operation
+                timeouts); StateTopicError if it cannot be read.
+        """
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, got {type(callback).__name__}")
+        match = key_matcher(self._codec.key_serde, key_or_prefix, prefix=prefix)
+        start = None if from_position is None else Position.parse(from_position)
+        bound = timeout_s if timeout_s is not None else 4 * self.manager.config.operation_timeout_s
+        if bound <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+        self.manager.check_process()
+        tailer = self.manager._tailer
+        with tailer.lock:  # the snapshot and the registration are one step
+            joined = self.manager.position
+            from_now = start is None or start >= joined
+            current: dict[K, bytes] = {}
+            if from_now:
+                serialize = self._codec.value_serde.serialize
+                current = {k: serialize(v) for k, v in tailer.state.items() if match(k)}
+            watch: MapWatch[K, V] = MapWatch(
+                topic=self.topic,
+                callback=callback,
+                tracker=ChangeTracker(self._codec.value_serde, match, current),
+                after=joined if start is None else start,
+                live_after=joined,
+                history=None
+                if from_now
+                else history_replayer(self._client, self.topic, self._codec, joined, bound),
+                on_stop=self._unwatch,
+            )
+            with self._watches_lock:
+                self._watches.add(watch)
+            self.manager.add_listener(watch.offer)
+        watch.start()
+        return watch
+
+    def _unwatch(self, watch: MapWatch[K, V]) -> None:
+        with contextlib.suppress(ValueError):
+            self.manager.remove_listener(watch.offer)
+        with self._watches_lock:
+            self._watches.discard(watch)
+
     @staticmethod
     def _then(written: Future[Any], value: Callable[[], R]) -> Future[R]:
         """A future of ``value()`` once ``written`` is done (or of its error).
@@ -384,6 +461,10 @@ class PulsarMap(Generic[K, V]):
     # -- lifecycle ------------------------------------------------------------
 
     def close(self) -> None:
+        with self._watches_lock:
+            watches = list(self._watches)
+        for watch in watches:
+            watch.stop(timeout_s=5.0)
         self.manager.close()
 
     def __enter__(self) -> Self:
