@@ -6,29 +6,54 @@ it until releasing it or until its session dies (see
 candidates wait for. Counters are compare-and-set increments. Every lock comes
 with a fencing token that grows with each acquisition: pass it along with side
 effects and reject older ones.
+
+Sessions (PIP-45's LockManager). When the store's session is lost, each held
+lock hears ``LockEvent.SESSION_LOST``: its node may be gone, do not act as the
+holder. While the session is not healthy, a deleted lock node is not taken as
+a loss at once. When the session comes back, every held lock is revalidated
+against the latest tree: still its own node, it is kept; gone, it is made
+again (a new fencing token) and the lock hears ``REASSERTED``; someone else's,
+the lock is lost (``LOST``, ``lost`` completes).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from enum import Enum
 from typing import Any, Generic, TypeVar
 
 from pulsar_state import futures
 from pulsar_state.errors import BadVersionError, NotFoundError, ResourceBusyError, StateClosedError
 from pulsar_state.metadata_base import BaseMetadataStore
 from pulsar_state.metadata_cache import MetadataCache
-from pulsar_state.metadata_state import GetResult, Notification, NotificationType, validate_path
+from pulsar_state.metadata_state import (
+    GetResult,
+    Notification,
+    NotificationType,
+    SessionEvent,
+    Stat,
+    validate_path,
+)
 from pulsar_state.serde import JsonSerde, Serde
 
-__all__ = ["CoordinationService", "ResourceLock"]
+__all__ = ["CoordinationService", "LockEvent", "ResourceLock"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 _READ_TIMEOUT_S = 30.0  # a local read of the node, when checking a lock is still ours
+
+
+class LockEvent(Enum):
+    """What a held lock hears (``ResourceLock.add_listener``)."""
+
+    SESSION_LOST = "session_lost"  # the store's session was lost: the node may be gone
+    REASSERTED = "reasserted"  # revalidated after the session came back: still held
+    LOST = "lost"  # taken, deleted or not re-creatable: no longer held
 
 
 class ResourceLock(Generic[T]):
@@ -57,10 +82,34 @@ class ResourceLock(Generic[T]):
         self.fencing_token = token
         self.owner = owner
         self.lost: Future[None] = Future()
+        self._listeners: list[Callable[[LockEvent], None]] = []
+        self._mutex = threading.Lock()  # a check and a revalidation, one at a time
+        self._suspended = False  # between SESSION_LOST and the revalidation
+        self._revalidate = False  # the node went away while the session was unhealthy
 
     @property
     def held(self) -> bool:
-        return not self.lost.done()
+        """Neither lost nor suspended: the holder may act on it (with its token)."""
+        return not self.lost.done() and not self._suspended
+
+    @property
+    def suspended(self) -> bool:
+        """True from the session's loss until the lock is revalidated (or lost):
+        meanwhile another session may hold the lock, so ``held`` is False."""
+        return self._suspended and not self.lost.done()
+
+    def add_listener(self, listener: Callable[[LockEvent], None]) -> None:
+        """Call ``listener(event)`` on each later :class:`LockEvent` of this lock."""
+        if not callable(listener):
+            raise TypeError("a lock listener is a callable taking a LockEvent")
+        self._listeners.append(listener)
+
+    def _emit(self, event: LockEvent) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception:
+                log.exception("lock listener %r failed on %s", listener, event)
 
     def owns(self, node: GetResult | None) -> bool:
         """Whether ``node`` is this lock's node (same owner session and token)."""
@@ -103,13 +152,20 @@ class CoordinationService(Generic[T]):
         self._lock = threading.Lock()
         self._counters: MetadataCache[int] = MetadataCache(store)
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pss-coord")
+        # revalidations after a session returns, one at a time, off the dispatcher
+        self._revalidator = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pss-revalidate")
         self._closed = False
         store.register_listener(self._on_change)
+        store.register_session_listener(self._on_session)
 
     # -- locks ------------------------------------------------------------------------
 
     def acquire_lock(self, path: str, content: T) -> Future[ResourceLock[T]]:
-        """Take the lock at ``path`` now, or fail with :class:`ResourceBusyError`."""
+        """Take the lock at ``path`` now, or fail with :class:`ResourceBusyError`.
+
+        A node left by this very session (a lock suspended by a session loss,
+        or one whose object was dropped) is taken over, as Pulsar's
+        LockManager does, unless a lock object of ours still holds it."""
         validate_path(path)
         data = self.serde.serialize(content)
         result: Future[ResourceLock[T]] = Future()
@@ -117,27 +173,55 @@ class CoordinationService(Generic[T]):
         def done(f: Future[Any]) -> None:
             exc = f.exception()
             if isinstance(exc, BadVersionError):
-                result.set_exception(ResourceBusyError(path))
+                try:
+                    self._revalidator.submit(self._take_own_node, path, data, content, result)
+                except RuntimeError:  # closed
+                    result.set_exception(ResourceBusyError(path))
             elif exc is not None:
                 result.set_exception(exc)
             else:
-                stat = f.result()  # the token of this very write, not of a later node
-                owner = stat.owner if stat.owner is not None else self.store.session_id
-                lock = ResourceLock(
-                    self, path, content, version=stat.version, token=stat.token, owner=owner
-                )
-                with self._lock:
-                    replaced = self._held.get(path)
-                    self._held[path] = lock
-                if replaced is not None:  # we made a new node: the old one is gone
-                    self._forget(replaced)
-                # a change that landed before the lock was registered found no
-                # lock to check: check once now (later ones see it registered)
-                self._check(lock)
-                result.set_result(lock)
+                result.set_result(self._register(path, content, f.result()))
 
         self.store.put(path, data, -1, ephemeral=True).add_done_callback(done)
         return result
+
+    def _register(self, path: str, content: T, stat: Stat) -> ResourceLock[T]:
+        """The lock of a node just written (the token of this very write)."""
+        owner = stat.owner if stat.owner is not None else self.store.session_id
+        lock = ResourceLock(
+            self, path, content, version=stat.version, token=stat.token, owner=owner
+        )
+        with self._lock:
+            replaced = self._held.get(path)
+            self._held[path] = lock
+        if replaced is not None:  # we made a new node: the old one is gone
+            self._forget(replaced)
+        # a change that landed before the lock was registered found no
+        # lock to check: check once now (later ones see it registered)
+        self._check(lock)
+        return lock
+
+    def _take_own_node(
+        self, path: str, data: bytes, content: T, result: Future[ResourceLock[T]]
+    ) -> None:
+        try:
+            with self._lock:
+                mine = self._held.get(path)
+            node = self.store.get(path, latest=True).result(timeout=_READ_TIMEOUT_S)
+            if (mine is not None and mine.held) or node is None:
+                raise ResourceBusyError(path)
+            if node.stat.owner != self.store.session_id:
+                raise ResourceBusyError(path)
+            stat = self.store.put(path, data, node.stat.version, ephemeral=True).result(
+                timeout=_READ_TIMEOUT_S
+            )
+        except BadVersionError:
+            futures.set_exception(result, ResourceBusyError(path))
+        except BaseException as exc:
+            futures.set_exception(result, exc)
+        else:
+            log.info("took over the lock %s left by this session", path)
+            futures.set_result(result, self._register(path, content, stat))
 
     def read_lock(self, path: str) -> Future[T | None]:
         """The content of the lock at ``path``, ``None`` if free."""
@@ -161,11 +245,14 @@ class CoordinationService(Generic[T]):
         """The locks held under ``path`` (its children)."""
         return self.store.get_children(path)
 
-    def _forget(self, lock: ResourceLock[T]) -> None:
+    def _forget(self, lock: ResourceLock[T], *, involuntary: bool = False) -> None:
         with self._lock:
             if self._held.get(lock.path) is lock:
                 del self._held[lock.path]
+        was_held = not lock.lost.done()
         futures.set_result(lock.lost, None)
+        if involuntary and was_held:
+            lock._emit(LockEvent.LOST)
 
     # -- leader election ----------------------------------------------------------------
 
@@ -212,21 +299,86 @@ class CoordinationService(Generic[T]):
 
     def _check(self, lock: ResourceLock[T]) -> None:
         """Forget ``lock`` unless the node at its path is still its own (same
-        owner and token: a delete then a re-create by anyone is a loss)."""
-        if lock.lost.done():
-            return
-        try:
-            current = self.store.get(lock.path).result(timeout=_READ_TIMEOUT_S)
-        except Exception:  # the store itself is gone (or stuck): so is the lock
-            log.warning("could not read %s: treating the lock as lost", lock.path, exc_info=True)
-            current = None
-        if not lock.owns(current):
+        owner and token: a delete then a re-create by anyone is a loss). A node
+        gone while the session is unhealthy (its expiry, most likely) waits for
+        the revalidation when the session is back."""
+        with lock._mutex:
+            if lock.lost.done() or lock._revalidate:
+                return
+            try:
+                current = self.store.get(lock.path).result(timeout=_READ_TIMEOUT_S)
+            except Exception:  # the store itself is gone (or stuck): so is the lock
+                log.warning(
+                    "could not read %s: treating the lock as lost", lock.path, exc_info=True
+                )
+                current = None
+            if lock.owns(current):
+                return
+            if current is None and not self.store.session_healthy:
+                log.warning("lock %s gone while the session is down: revalidating later", lock.path)
+                lock._revalidate = True
+                if not lock._suspended:  # the node is gone: do not act as the holder
+                    lock._suspended = True
+                    lock._emit(LockEvent.SESSION_LOST)
+                return
             log.warning("lost the lock %s", lock.path)
-            self._forget(lock)
+            self._forget(lock, involuntary=True)
+
+    # -- sessions -------------------------------------------------------------------------
+
+    def _on_session(self, event: SessionEvent) -> None:
+        with self._lock:
+            locks = list(self._held.values())
+        if event is SessionEvent.SESSION_LOST:
+            for lock in locks:
+                with lock._mutex:
+                    if lock._suspended or lock.lost.done():
+                        continue
+                    lock._suspended = True
+                lock._emit(LockEvent.SESSION_LOST)
+        elif event.healthy and not self._closed:
+            # marked now, on the dispatcher: a deletion notified after this
+            # event is left to the revalidation, not taken as a loss
+            for lock in locks:
+                lock._revalidate = True
+            for lock in locks:
+                self._revalidator.submit(self._revalidate_lock, lock)
+
+    def _revalidate_lock(self, lock: ResourceLock[T]) -> None:
+        """Keep, re-create or give up ``lock`` by the latest tree (LockManager's revalidation)."""
+        with lock._mutex:
+            if lock.lost.done():
+                return
+            try:
+                current = self.store.get(lock.path, latest=True).result(timeout=_READ_TIMEOUT_S)
+                if current is None:  # expired with our session: ours again if still free
+                    stat = self.store.put(
+                        lock.path, self.serde.serialize(lock.content), -1, ephemeral=True
+                    ).result(timeout=_READ_TIMEOUT_S)
+                    lock.version, lock.fencing_token = stat.version, stat.token
+                    lock.owner = stat.owner if stat.owner is not None else self.store.session_id
+                    log.info("re-asserted the lock %s (token %d)", lock.path, stat.token)
+                    reasserted = True
+                else:
+                    reasserted = lock.owns(current)
+            except BadVersionError:  # taken between the read and the put
+                reasserted = False
+            except Exception:
+                log.warning("could not revalidate the lock %s", lock.path, exc_info=True)
+                reasserted = False
+            lock._revalidate = False
+            was_suspended, lock._suspended = lock._suspended, False
+            if not reasserted:
+                log.warning("lost the lock %s to another session", lock.path)
+                self._forget(lock, involuntary=True)
+            elif was_suspended or current is None:
+                lock._emit(LockEvent.REASSERTED)
 
     def close(self) -> None:
         self._closed = True
         self.store.unregister_listener(self._on_change)
+        self.store.unregister_session_listener(self._on_session)
+        self._revalidator.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             for events in self._waiters.values():
                 for event in events:

@@ -18,7 +18,14 @@ from typing import Any, TypeVar
 
 from pulsar_state.errors import StateClosedError
 from pulsar_state.metadata_base import BaseMetadataStore
-from pulsar_state.metadata_state import GetResult, MetadataTree, Stat, validate_path
+from pulsar_state.metadata_state import (
+    GetResult,
+    MetadataTree,
+    SessionEvent,
+    Stat,
+    validate_path,
+    validate_subtree,
+)
 
 __all__ = ["MemoryMetadataStore"]
 
@@ -64,8 +71,8 @@ class MemoryMetadataStore(BaseMetadataStore):
         for store in self._shared.stores:
             store._notify(notes)
 
-    def get(self, path: str) -> Future[GetResult | None]:
-        validate_path(path)
+    def get(self, path: str, latest: bool = False) -> Future[GetResult | None]:
+        validate_path(path)  # one tree: always the latest
         return self._run(lambda: self._shared.tree.get(path))
 
     def get_children(self, path: str) -> Future[list[str]]:
@@ -83,8 +90,30 @@ class MemoryMetadataStore(BaseMetadataStore):
         expected_version: int | None = None,
         *,
         ephemeral: bool = False,
+        sequential: bool = False,
     ) -> Future[Stat]:
-        self._check_put(path, value, expected_version)
+        if sequential:
+            self._check_sequential(path, value, expected_version)
+        else:
+            self._check_put(path, value, expected_version)
+        owner = self.session_id if ephemeral else None
+
+        def run_sequential() -> Stat:
+            ops = self._shared.tree.plan_sequential(
+                path,
+                bytes(value),
+                int(time.time() * 1000),
+                owner=owner,
+                token=next(self._shared.seq),
+            )
+            for op in ops:
+                self._apply(op)
+            node = ops[-1]
+            assert node.record is not None
+            return node.record.stat(node.path)
+
+        if sequential:
+            return self._run(run_sequential)
 
         def run() -> Stat:
             op = self._shared.tree.plan_put(
@@ -92,7 +121,7 @@ class MemoryMetadataStore(BaseMetadataStore):
                 bytes(value),
                 expected_version,
                 int(time.time() * 1000),
-                owner=self.session_id if ephemeral else None,
+                owner=owner,
                 token=next(self._shared.seq),
             )
             self._apply(op)
@@ -122,13 +151,35 @@ class MemoryMetadataStore(BaseMetadataStore):
 
         return self._run(run)
 
+    def delete_recursive(self, path: str) -> Future[list[str]]:
+        validate_subtree(path)
+
+        def run() -> list[str]:  # under the tree's lock: atomic
+            ops = self._shared.tree.plan_delete_recursive(path)
+            for op in ops:
+                self._apply(op)
+            return [op.path for op in ops]
+
+        return self._run(run)
+
     def fencing_token(self, path: str) -> int | None:
         with self._shared.lock:
             record = self._shared.tree.nodes.get(path)
             return None if record is None else record.token
 
     def expire_session(self) -> None:
-        """Drop this session's ephemeral nodes, as if its process had died."""
+        """Lose this session, as a store cut off for longer than its timeout:
+        ``SESSION_LOST`` first (this store's lock holders hear of it), then its
+        ephemeral nodes are deleted, as other stores would. The store stays
+        usable; :meth:`reestablish_session` brings the session back."""
+        self._session_event(SessionEvent.SESSION_LOST)
+        self._drop_ephemeral()
+
+    def reestablish_session(self) -> None:
+        """The lost session is back (``SESSION_REESTABLISHED``): lock holders revalidate."""
+        self._session_event(SessionEvent.SESSION_REESTABLISHED)
+
+    def _drop_ephemeral(self) -> None:
         with self._shared.lock:
             for path in self._shared.tree.ephemeral_of(self.session_id):
                 self._apply(self._shared.tree.plan_delete(path, None))
@@ -136,7 +187,7 @@ class MemoryMetadataStore(BaseMetadataStore):
     def close(self) -> None:
         if self._closed:
             return
-        self.expire_session()
+        self._drop_ephemeral()
         self._closed = True
         with self._shared.lock:
             self._shared.stores.remove(self)

@@ -4,7 +4,10 @@ Implementations: :class:`~pulsar_state.MetadataStore` (a Pulsar topic through
 the state core) and :class:`~pulsar_state.MemoryMetadataStore` (one process,
 the reference the conformance suite compares against). Every call returns a
 :class:`concurrent.futures.Future`; listeners run on one dispatcher thread per
-store, in log order, and never take it down.
+store, in log order, and never take it down. A listener may watch one path
+prefix only (that path and everything below it). Session listeners hear of
+the store's own session (:class:`~pulsar_state.metadata_state.SessionEvent`)
+on the same thread, in order with the notifications.
 """
 
 from __future__ import annotations
@@ -15,15 +18,28 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Self
+from typing import Any, Self
 
-from pulsar_state.metadata_state import GetResult, Notification, Stat, validate_path
+from pulsar_state.metadata_state import (
+    GetResult,
+    Notification,
+    SessionEvent,
+    Stat,
+    validate_path,
+    validate_sequential_prefix,
+)
 
-__all__ = ["BaseMetadataStore", "Listener"]
+__all__ = ["BaseMetadataStore", "Listener", "SessionListener"]
 
 log = logging.getLogger(__name__)
 
 Listener = Callable[[Notification], None]
+SessionListener = Callable[[SessionEvent], None]
+
+
+def _under(path: str, prefix: str | None) -> bool:
+    """Whether ``path`` is ``prefix`` or below it (whole segments: ``/a`` is not under ``/ab``)."""
+    return prefix is None or prefix in ("/", path) or path.startswith(prefix + "/")
 
 
 class BaseMetadataStore(ABC):
@@ -31,10 +47,13 @@ class BaseMetadataStore(ABC):
 
     def __init__(self, *, session_id: str) -> None:
         self.session_id = session_id
-        self._listeners: list[Listener] = []
+        self._listeners: list[tuple[Listener, str | None]] = []
+        self._session_listeners: list[SessionListener] = []
         self._listener_lock = threading.Lock()
-        self._events: queue.SimpleQueue[Notification | None] = queue.SimpleQueue()
+        self._events: queue.SimpleQueue[Notification | SessionEvent | None] = queue.SimpleQueue()
         self.listener_errors = 0
+        # the last session event; None: connected since the start
+        self.session_state: SessionEvent | None = None
         self._dispatcher = threading.Thread(
             target=self._dispatch, name=f"pss-meta-{session_id[:8]}", daemon=True
         )
@@ -43,7 +62,9 @@ class BaseMetadataStore(ABC):
     # -- the interface ----------------------------------------------------------
 
     @abstractmethod
-    def get(self, path: str) -> Future[GetResult | None]: ...
+    def get(self, path: str, latest: bool = False) -> Future[GetResult | None]:
+        """The node at ``path`` or ``None``. ``latest``: first catch up with
+        every write made so far (by any store), not only what this one has seen."""
 
     @abstractmethod
     def get_children(self, path: str) -> Future[list[str]]: ...
@@ -59,10 +80,24 @@ class BaseMetadataStore(ABC):
         expected_version: int | None = None,
         *,
         ephemeral: bool = False,
+        sequential: bool = False,
     ) -> Future[Stat]:
         """Create or replace ``path``. ``expected_version``: ``None`` any, ``-1``
         must not exist, ``n`` must be at version ``n`` (else ``BadVersionError``).
-        ``ephemeral``: the node goes away with this store's session."""
+        ``ephemeral``: the node goes away with this store's session.
+
+        ``sequential``: ``path`` is a name prefix (``/queue/item-``); a new node
+        is created at the prefix plus the next number of its parent's counter,
+        ten digits zero-padded (``/queue/item-0000000001``), which grows by one
+        per sequential put under that parent and never goes back, even when
+        the nodes or the parent are deleted. ``Stat.path`` is the created path.
+        ``expected_version`` must be ``None`` or ``-1`` then."""
+
+    @abstractmethod
+    def delete_recursive(self, path: str) -> Future[list[str]]:
+        """Delete ``path`` and every node below it in one atomic write (deepest
+        first, each with its notifications); the deleted paths (none: nothing
+        there, not an error). ``path`` must not be ``/``."""
 
     @abstractmethod
     def delete(
@@ -89,35 +124,65 @@ class BaseMetadataStore(ABC):
 
     # -- listeners --------------------------------------------------------------
 
-    def register_listener(self, listener: Listener) -> None:
-        """Call ``listener(notification)`` for every later change, in log order."""
+    def register_listener(self, listener: Listener, prefix: str | None = None) -> None:
+        """Call ``listener(notification)`` for every later change, in log order;
+        with ``prefix``, only for changes of that path or a path below it."""
         if not callable(listener):
             raise TypeError("a listener is a callable taking a Notification")
+        if prefix is not None:
+            validate_path(prefix)
         with self._listener_lock:
-            self._listeners.append(listener)
+            self._listeners.append((listener, prefix))
 
     def unregister_listener(self, listener: Listener) -> None:
+        """Remove every registration of ``listener`` (whatever its prefix)."""
         with self._listener_lock:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
+            self._listeners = [(f, p) for f, p in self._listeners if f != listener]
+
+    def register_session_listener(self, listener: SessionListener) -> None:
+        """Call ``listener(event)`` for each later event of this store's session."""
+        if not callable(listener):
+            raise TypeError("a session listener is a callable taking a SessionEvent")
+        with self._listener_lock:
+            self._session_listeners.append(listener)
+
+    def unregister_session_listener(self, listener: SessionListener) -> None:
+        with self._listener_lock:
+            self._session_listeners = [f for f in self._session_listeners if f != listener]
+
+    @property
+    def session_healthy(self) -> bool:
+        """False between a lost connection (or session) and its return."""
+        state = self.session_state
+        return state is None or state.healthy
 
     def _notify(self, notes: list[Notification]) -> None:
         for note in notes:
             self._events.put(note)
 
+    def _session_event(self, event: SessionEvent) -> None:
+        """Record ``event`` now (``session_healthy`` changes at once) and tell
+        the session listeners, after the notifications queued before it."""
+        self.session_state = event
+        log.info("metadata session %s: %s", self.session_id, event.value)
+        self._events.put(event)
+
     def _dispatch(self) -> None:
         while True:
-            note = self._events.get()
-            if note is None:
+            event = self._events.get()
+            if event is None:
                 return
             with self._listener_lock:
-                listeners = list(self._listeners)
-            for listener in listeners:
+                if isinstance(event, SessionEvent):
+                    targets: list[Callable[[Any], None]] = list(self._session_listeners)
+                else:
+                    targets = [f for f, p in self._listeners if _under(event.path, p)]
+            for listener in targets:
                 try:
-                    listener(note)
+                    listener(event)
                 except Exception:
                     self.listener_errors += 1
-                    log.exception("metadata listener %r failed on %s", listener, note)
+                    log.exception("metadata listener %r failed on %s", listener, event)
 
     def _stop_dispatcher(self) -> None:
         self._events.put(None)
@@ -136,6 +201,16 @@ class BaseMetadataStore(ABC):
             not isinstance(expected_version, int) or expected_version < -1
         ):
             raise ValueError(f"expected_version is None, -1 or >= 0, got {expected_version!r}")
+
+    @classmethod
+    def _check_sequential(cls, prefix: str, value: bytes, expected_version: int | None) -> None:
+        validate_sequential_prefix(prefix)
+        cls._check_put(prefix, value, expected_version)
+        if expected_version not in (None, -1):
+            raise ValueError(
+                f"a sequential put always creates: expected_version is None or -1, "
+                f"got {expected_version!r}"
+            )
 
     def __enter__(self) -> Self:
         return self

@@ -41,6 +41,8 @@ class MetadataCache(Generic[T]):
         self.serde: Serde[T] = serde or JsonSerde()
         self.retry = retry or RetryPolicy(max_attempts=100, deadline_s=60)
         self._cache: dict[str, tuple[T, int] | None] = {}
+        self._children: dict[str, list[str]] = {}
+        self._exists: dict[str, bool] = {}
         self._lock = threading.Lock()
         # A read (or put) of the store, then an insert: a notification handled
         # between the two must win, or the cache keeps the older value for good.
@@ -54,12 +56,21 @@ class MetadataCache(Generic[T]):
     def _invalidate(self, note: Notification) -> None:
         with self._lock:
             self._cache.pop(note.path, None)
+            self._children.pop(note.path, None)
+            self._exists.pop(note.path, None)
             if note.path in self._in_flight:
                 self._invalidations[note.path] += 1
 
-    def _fill(self, path: str, read: Callable[[], tuple[R, tuple[T, int] | None]]) -> R:
+    def _fill(
+        self,
+        path: str,
+        read: Callable[[], tuple[R, Any]],
+        into: dict[str, Any] | None = None,
+    ) -> R:
         """Run ``read`` (a store call giving a result and the cache entry it
-        implies); cache that entry unless ``path`` was invalidated meanwhile."""
+        implies); cache that entry (in ``into``, by default the values) unless
+        ``path`` was invalidated meanwhile."""
+        cache = self._cache if into is None else into
         with self._lock:
             self._in_flight[path] += 1
             seen = self._invalidations[path]
@@ -71,7 +82,7 @@ class MetadataCache(Generic[T]):
         finally:
             with self._lock:
                 if fresh and self._invalidations[path] == seen:
-                    self._cache[path] = entry
+                    cache[path] = entry
                 self._in_flight[path] -= 1
                 if self._in_flight[path] <= 0:
                     del self._in_flight[path]
@@ -95,6 +106,40 @@ class MetadataCache(Generic[T]):
         """The value at ``path`` (cached until a notification says it changed)."""
         validate_path(path)
         return self._executor.submit(lambda: e[0] if (e := self._load(path)) else None)
+
+    def get_children(self, path: str) -> Future[list[str]]:
+        """``path``'s children (cached until a notification on ``path``)."""
+        validate_path(path)
+        return self._executor.submit(self._load_children, path)
+
+    def _load_children(self, path: str) -> list[str]:
+        with self._lock:
+            if path in self._children:
+                return list(self._children[path])
+
+        def read() -> tuple[list[str], list[str]]:
+            children = self.store.get_children(path).result()
+            return list(children), children
+
+        return self._fill(path, read, self._children)
+
+    def exists(self, path: str) -> Future[bool]:
+        """Whether ``path`` exists (cached, from a cached value too)."""
+        validate_path(path)
+        return self._executor.submit(self._load_exists, path)
+
+    def _load_exists(self, path: str) -> bool:
+        with self._lock:
+            if path in self._cache:
+                return self._cache[path] is not None
+            if path in self._exists:
+                return self._exists[path]
+
+        def read() -> tuple[bool, bool]:
+            found = bool(self.store.exists(path).result())
+            return found, found
+
+        return self._fill(path, read, self._exists)
 
     def create(self, path: str, value: T) -> Future[T]:
         data = self.serde.serialize(value)

@@ -31,12 +31,18 @@ __all__ = [
     "Notification",
     "NotificationType",
     "Record",
+    "SessionEvent",
     "Stat",
     "parent_of",
+    "validate_key",
     "validate_path",
+    "validate_sequential_prefix",
+    "validate_subtree",
 ]
 
 MAX_PATH_LENGTH = 1024
+SEQUENCE_DIGITS = 10  # the zero-padded suffix of a sequential node, as ZooKeeper's
+_SEQ_KEY = "/__pss__/seq:"  # + parent path: the record of a parent's sequence counter
 
 
 class InvalidPathError(ValueError):
@@ -62,6 +68,39 @@ def validate_path(path: str) -> str:
             raise InvalidPathError(f"control character in {path!r}")
     if path.startswith("/__pss__"):
         raise InvalidPathError(f"paths under /__pss__ are reserved: {path!r}")
+    return path
+
+
+def validate_key(key: str) -> str:
+    """A topic key: a metadata path, or an internal sequence-counter key."""
+    if isinstance(key, str) and key.startswith(_SEQ_KEY):
+        validate_path(key[len(_SEQ_KEY) :])
+        return key
+    return validate_path(key)
+
+
+def validate_sequential_prefix(prefix: str) -> str:
+    """The prefix of a sequential put (``/queue/item-``), or ``ValueError``."""
+    if isinstance(prefix, str) and prefix.endswith("/"):
+        raise InvalidPathError(
+            f"a sequential put takes a name prefix such as '/queue/item-', "
+            f"not a path ending in '/': {prefix!r}"
+        )
+    validate_path(prefix)
+    if len(prefix) + SEQUENCE_DIGITS > MAX_PATH_LENGTH:
+        raise InvalidPathError(
+            f"a sequential prefix is at most {MAX_PATH_LENGTH - SEQUENCE_DIGITS} characters"
+        )
+    return prefix
+
+
+def validate_subtree(path: str) -> str:
+    """The root of a recursive delete: a path other than ``/``, or ``ValueError``."""
+    validate_path(path)
+    if path == "/":
+        raise InvalidPathError(
+            "delete_recursive('/') would delete the whole store: delete the top-level paths"
+        )
     return path
 
 
@@ -147,6 +186,25 @@ class NotificationType(Enum):
     CHILDREN_CHANGED = "children_changed"
 
 
+class SessionEvent(Enum):
+    """What happens to a store's session, as PIP-45's ``SessionEvent``.
+
+    ``CONNECTION_LOST``: the session's connection is down; its ephemeral nodes
+    stay until the session timeout. ``RECONNECTED``: back within the timeout.
+    ``SESSION_LOST``: down for the whole timeout: other stores may have deleted
+    its ephemeral nodes (locks). ``SESSION_REESTABLISHED``: back after that.
+    """
+
+    CONNECTION_LOST = "connection_lost"
+    RECONNECTED = "reconnected"
+    SESSION_LOST = "session_lost"
+    SESSION_REESTABLISHED = "session_reestablished"
+
+    @property
+    def healthy(self) -> bool:
+        return self in (SessionEvent.RECONNECTED, SessionEvent.SESSION_REESTABLISHED)
+
+
 @dataclass(frozen=True, slots=True)
 class Notification:
     type: NotificationType
@@ -167,6 +225,9 @@ class MetadataTree:
     def __init__(self) -> None:
         self.nodes: dict[str, Record] = {}
         self._children: dict[str, Counter[str]] = {}
+        # parent path -> the last sequence number handed out below it; kept in
+        # the log as internal records, never decreases (a deleted parent too)
+        self.sequences: dict[str, Record] = {}
 
     # -- queries ----------------------------------------------------------------
 
@@ -183,6 +244,18 @@ class MetadataTree:
 
     def owners(self) -> set[str]:
         return {r.owner for r in self.nodes.values() if r.owner is not None}
+
+    def record_of(self, key: str) -> Record | None:
+        """The record stored under a topic key (a path or an internal key)."""
+        if key.startswith(_SEQ_KEY):
+            return self.sequences.get(key[len(_SEQ_KEY) :])
+        return self.nodes.get(key)
+
+    def subtree(self, path: str) -> list[str]:
+        """``path`` and every existing path below it, deepest first."""
+        below = path + "/"
+        found = [p for p in self.nodes if p == path or p.startswith(below)]
+        return sorted(found, key=lambda p: (-p.count("/"), p))
 
     # -- planning (on the latest state, inside a write's generator) ------------
 
@@ -206,6 +279,37 @@ class MetadataTree:
         if owner is None:
             owner = current.owner
         return MetaOp(path, Record(value, current.version + 1, current.ctime, now_ms, owner, token))
+
+    def plan_sequential(
+        self,
+        prefix: str,
+        value: bytes,
+        now_ms: int,
+        *,
+        owner: str | None = None,
+        token: int = 0,
+    ) -> list[MetaOp]:
+        """The ops of a sequential put: the parent's counter, then the node at
+        ``prefix`` + the next number, zero-padded (one past any taken path)."""
+        parent = parent_of(prefix)
+        assert parent is not None
+        counter = self.sequences.get(parent)
+        n = 0 if counter is None else counter.version
+        while True:
+            n += 1
+            path = f"{prefix}{n:0{SEQUENCE_DIGITS}d}"
+            if path not in self.nodes:
+                break
+        ctime = now_ms if counter is None else counter.ctime
+        return [
+            MetaOp(_SEQ_KEY + parent, Record(b"", n, ctime, now_ms, None, token)),
+            MetaOp(path, Record(value, 0, now_ms, now_ms, owner, token)),
+        ]
+
+    def plan_delete_recursive(self, path: str) -> list[MetaOp]:
+        """The ops deleting ``path`` and everything below it, deepest first
+        (none if nothing is there)."""
+        return [MetaOp(p, None) for p in self.subtree(path)]
 
     def plan_delete(
         self,
@@ -240,34 +344,52 @@ class MetadataTree:
     # -- applying ---------------------------------------------------------------
 
     def apply(self, op: MetaOp) -> list[Notification]:
-        """Change the tree; the notifications the change causes, in order."""
+        """Change the tree; the notifications the change causes, in order.
+
+        A node's creation or deletion notifies ``CHILDREN_CHANGED`` on its
+        parent, then on every further ancestor whose list of children changed
+        with it (intermediate nodes need not exist, so a deep create can add a
+        child to several ancestors). Internal records notify nothing."""
+        if op.path.startswith(_SEQ_KEY):
+            parent = op.path[len(_SEQ_KEY) :]
+            if op.record is None:
+                self.sequences.pop(parent, None)
+            else:
+                self.sequences[parent] = op.record
+            return []
         existed = op.path in self.nodes
         if op.record is None:
             if not existed:
                 return []
             del self.nodes[op.path]
-            self._index(op.path, -1)
-            return [Notification(NotificationType.DELETED, op.path), *self._parent_note(op.path)]
+            changed = self._index(op.path, -1)
+            return [Notification(NotificationType.DELETED, op.path), *self._parent_notes(changed)]
         self.nodes[op.path] = op.record
         if existed:
             return [Notification(NotificationType.MODIFIED, op.path)]
-        self._index(op.path, +1)
-        return [Notification(NotificationType.CREATED, op.path), *self._parent_note(op.path)]
+        changed = self._index(op.path, +1)
+        return [Notification(NotificationType.CREATED, op.path), *self._parent_notes(changed)]
 
     @staticmethod
-    def _parent_note(path: str) -> list[Notification]:
-        parent = parent_of(path)
-        return [] if parent is None else [Notification(NotificationType.CHILDREN_CHANGED, parent)]
+    def _parent_notes(parents: list[str]) -> list[Notification]:
+        return [Notification(NotificationType.CHILDREN_CHANGED, p) for p in parents]
 
-    def _index(self, path: str, delta: int) -> None:
+    def _index(self, path: str, delta: int) -> list[str]:
+        """Count ``path`` in (or out of) its ancestors' children; the ancestors
+        to notify: the parent, and each one whose set of children changed."""
+        changed: list[str] = []
         child = path
         parent = parent_of(child)
         while parent is not None:
             name = child.rsplit("/", 1)[1]
             counts = self._children.setdefault(parent, Counter())
+            before = counts[name]
             counts[name] += delta
             if counts[name] <= 0:
                 del counts[name]
                 if not counts:
                     del self._children[parent]
+            if child == path or (before == 0) != (counts.get(name, 0) == 0):
+                changed.append(parent)
             child, parent = parent, parent_of(parent)
+        return changed

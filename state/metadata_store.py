@@ -19,6 +19,13 @@ session_check_interval_s`` plus one write. A process cut off from the network
 without its socket closing is noticed by the broker's keep-alive first
 (``keepAliveIntervalSeconds``, 30 s by default, so up to about a minute more).
 Wall clocks are not involved beyond each checker's own monotonic timer.
+
+A store watches its own session the same way, from its side: its session
+consumer disconnected is ``CONNECTION_LOST``; still disconnected after
+``session_timeout_s`` is ``SESSION_LOST`` (others may have deleted its
+ephemeral nodes by then); connected again is ``RECONNECTED`` or
+``SESSION_REESTABLISHED``. The client reconnects the consumer by itself, with
+the same session id, so lock holders can revalidate their locks.
 """
 
 from __future__ import annotations
@@ -42,8 +49,11 @@ from pulsar_state.metadata_state import (
     MetaOp,
     Notification,
     Record,
+    SessionEvent,
     Stat,
+    validate_key,
     validate_path,
+    validate_subtree,
 )
 from pulsar_state.tailer import AppliedWrite
 from pulsar_state.topic_names import sessions_topic
@@ -62,11 +72,11 @@ class _MetaCodec:
         return op.path, b"" if op.record is None else op.record.to_bytes()
 
     def decode(self, key: str, payload: bytes) -> MetaOp:
-        validate_path(key)
+        validate_key(key)
         return MetaOp(key, Record.from_bytes(payload) if payload else None)
 
     def repair(self, tree: MetadataTree, keys: set[str]) -> list[MetaOp]:
-        return [MetaOp(k, tree.nodes.get(k)) for k in sorted(keys)]
+        return [MetaOp(k, tree.record_of(k)) for k in sorted(keys)]
 
 
 class MetadataStore(BaseMetadataStore):
@@ -111,26 +121,33 @@ class MetadataStore(BaseMetadataStore):
         self.sessions_topic = sessions_topic(self.manager.topic)
         admin = self.manager.admin
         assert admin is not None
+        self._client = client
         try:
             admin.ensure_topic(self.sessions_topic)
             admin.protect(self.sessions_topic)
-            self._session = client.subscribe(
-                self.sessions_topic,
-                f"{_SESSION_PREFIX}{self.session_id}",
-                consumer_type=pulsar.ConsumerType.Exclusive,
-                receiver_queue_size=1,
-                properties={"pulsar-state-role": "session"},
-            )
+            self._subscribe_session()
         except (PulsarStateError, pulsar.PulsarException):
             self.manager.close()
             self._stop_dispatcher()
             raise
         self._dead_since: dict[str, float] = {}
+        self._own_down_since: float | None = None  # our session consumer disconnected
+        self._own_lost = False  # ...for the whole session timeout
         self._stop = threading.Event()
         self._checker = threading.Thread(
             target=self._check_sessions, name=f"pss-sessions-{self.session_id[:8]}", daemon=True
         )
         self._checker.start()
+
+    def _subscribe_session(self) -> None:
+        """(Re)open this session's consumer: the broker's proof that we are alive."""
+        self._session = self._client.subscribe(
+            self.sessions_topic,
+            f"{_SESSION_PREFIX}{self.session_id}",
+            consumer_type=pulsar.ConsumerType.Exclusive,
+            receiver_queue_size=1,
+            properties={"pulsar-state-role": "session"},
+        )
 
     # -- applying (tailer thread) -----------------------------------------------
 
@@ -171,7 +188,11 @@ class MetadataStore(BaseMetadataStore):
         expected_version: int | None = None,
         *,
         ephemeral: bool = False,
+        sequential: bool = False,
     ) -> Future[Stat]:
+        if sequential:
+            self._check_sequential(path, value, expected_version)
+            return self._put_sequential(path, bytes(value), ephemeral)
         self._check_put(path, value, expected_version)
         data = bytes(value)
         planned: list[Record] = []  # one per run of the generator
@@ -202,6 +223,40 @@ class MetadataStore(BaseMetadataStore):
 
         return self.manager.write(gen, stat)
 
+    def _put_sequential(self, prefix: str, data: bytes, ephemeral: bool) -> Future[Stat]:
+        planned: list[MetaOp] = []  # the node of each run of the generator
+        owner = self.session_id if ephemeral else None
+
+        def gen(tree: MetadataTree) -> list[MetaOp]:
+            # counter and node in one write, planned on the latest tree
+            ops = tree.plan_sequential(
+                prefix, data, int(time.time() * 1000), owner=owner, token=self._token()
+            )
+            planned.append(ops[-1])
+            return ops
+
+        def stat(tree: MetadataTree) -> Stat:
+            for op in planned:  # the run that landed (see put)
+                assert op.record is not None
+                if tree.nodes.get(op.path) == op.record:
+                    return op.record.stat(op.path)
+            last = planned[-1]
+            assert last.record is not None
+            return last.record.stat(last.path)
+
+        return self.manager.write(gen, stat)
+
+    def delete_recursive(self, path: str) -> Future[list[str]]:
+        validate_subtree(path)
+        deleted: list[list[str]] = []
+
+        def gen(tree: MetadataTree) -> list[MetaOp]:
+            ops = tree.plan_delete_recursive(path)
+            deleted.append([op.path for op in ops])
+            return ops
+
+        return self.manager.write(gen, lambda _tree: deleted[-1])
+
     def delete(
         self,
         path: str,
@@ -231,6 +286,7 @@ class MetadataStore(BaseMetadataStore):
         assert admin is not None
         while not self._stop.wait(self.session_check_interval_s):
             try:
+                self._watch_own_session()
                 owners = self.manager.read(lambda t: t.owners()).result() - {self.session_id}
                 if not owners:
                     self._dead_since.clear()
@@ -255,6 +311,30 @@ class MetadataStore(BaseMetadataStore):
             except Exception:
                 if not self._stop.is_set():
                     log.warning("session check on %s failed", self.manager.topic, exc_info=True)
+
+    def _watch_own_session(self) -> None:
+        """Turn our session consumer's connection into session events."""
+        try:
+            connected = bool(self._session.is_connected())
+        except Exception:
+            connected = False
+        now = time.monotonic()
+        if connected:
+            if self._own_down_since is not None:
+                back = (
+                    SessionEvent.SESSION_REESTABLISHED
+                    if self._own_lost
+                    else SessionEvent.RECONNECTED
+                )
+                self._own_down_since, self._own_lost = None, False
+                self._session_event(back)
+            return
+        if self._own_down_since is None:
+            self._own_down_since = now
+            self._session_event(SessionEvent.CONNECTION_LOST)
+        elif not self._own_lost and now - self._own_down_since >= self.session_timeout_s:
+            self._own_lost = True
+            self._session_event(SessionEvent.SESSION_LOST)
 
     def _expire(self, owner: str) -> None:
         """Delete every ephemeral node of a dead session (one atomic write)."""

@@ -2,8 +2,10 @@
 
 Modules that import these tests provide a ``stores`` fixture: a callable that
 opens another session (store) on the same tree, so that locks and ephemeral
-nodes can be tested between owners, and a ``base`` fixture: a unique path
-prefix.
+nodes can be tested between owners, a ``base`` fixture: a unique path
+prefix, and a ``session_faults`` fixture (:class:`SessionFaults`): how to lose
+a store's session (really: on the Pulsar store its session consumer goes away
+and the other stores expire it through the broker) and bring it back.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Protocol
 
 import pytest
 from harness import wait_until
@@ -27,8 +31,18 @@ from pulsar_state import (
     NotificationType,
     ResourceBusyError,
 )
+from pulsar_state.coordination import LockEvent
+from pulsar_state.metadata_state import SessionEvent
 
 StoreFactory = Callable[[], BaseMetadataStore]
+
+
+class SessionFaults(Protocol):
+    def lose(self, store: BaseMetadataStore) -> None:
+        """Lose ``store``'s session; return once it has heard ``SESSION_LOST``."""
+
+    def restore(self, store: BaseMetadataStore) -> None:
+        """Bring the session back (the store then hears it)."""
 
 T = 30  # seconds per blocking call
 
@@ -302,3 +316,262 @@ def test_leader_loses_when_its_node_is_deleted_and_recreated(
     assert new.held and new.fencing_token > old.fencing_token
     a.close()
     b.close()
+
+
+# -- PIP-45 gaps: sequential nodes, recursive delete, prefix listeners, cached
+# -- children and existence, session loss and lock revalidation -----------------
+
+
+def test_sequential_nodes(stores: StoreFactory, base: str) -> None:
+    s, other = stores(), stores()
+    made = [s.put(f"{base}/q/item-", f"{i}".encode(), sequential=True).result(T) for i in range(3)]
+    assert [m.path for m in made] == [f"{base}/q/item-{n:010d}" for n in (1, 2, 3)]
+    assert [m.version for m in made] == [0, 0, 0]
+    got = s.get(made[1].path).result(T)
+    assert got is not None and got.value == b"1"
+    # the counter is per parent, shared by every prefix under it and every session
+    other_made = other.put(f"{base}/q/job-", b"", -1, sequential=True).result(T)
+    assert other_made.path == f"{base}/q/job-{4:010d}"
+    assert s.put(f"{base}/r/x", b"", sequential=True).result(T).path == f"{base}/r/x{1:010d}"
+    # it never goes back: not when the nodes, nor their parent, are deleted
+    s.delete_recursive(f"{base}/q").result(T)
+    again = other.put(f"{base}/q/item-", b"", sequential=True).result(T)
+    assert again.path == f"{base}/q/item-{5:010d}"
+    eph = s.put(f"{base}/q/e-", b"", ephemeral=True, sequential=True).result(T)
+    assert eph.ephemeral and eph.owner == s.session_id and eph.path.endswith(f"{6:010d}")
+    _drain(s, other, base)
+    assert s.get_children(f"{base}/q").result(T) == sorted(
+        p.rsplit("/", 1)[1] for p in (again.path, eph.path)
+    )
+
+
+def test_concurrent_sequential_puts_get_distinct_numbers(stores: StoreFactory, base: str) -> None:
+    writers = [stores() for _ in range(3)]
+    futures = [w.put(f"{base}/seq/n-", b"", sequential=True) for _ in range(8) for w in writers]
+    paths = [f.result(60).path for f in futures]
+    assert sorted(paths) == [f"{base}/seq/n-{n:010d}" for n in range(1, 25)]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "version"),
+    [("/q/", None), ("/", None), ("q-", None), ("/q/a//b", None), ("/q/item-", 0)],
+)
+def test_bad_sequential_puts_are_clear_errors(
+    stores: StoreFactory, prefix: str, version: int | None
+) -> None:
+    s = stores()
+    with pytest.raises(ValueError):
+        s.put(prefix, b"x", version, sequential=True)
+
+
+def test_delete_recursive(stores: StoreFactory, base: str) -> None:
+    s, other = stores(), stores()
+    for p in ("/t", "/t/a", "/t/a/b/c", "/t/d", "/tt", "/u"):
+        s.put(f"{base}{p}", b"").result(T)
+    seen: list[Notification] = []
+    other.register_listener(seen.append, prefix=f"{base}/t")
+    deleted = s.delete_recursive(f"{base}/t").result(T)
+    assert deleted == [f"{base}{p}" for p in ("/t/a/b/c", "/t/a", "/t/d", "/t")]  # deepest first
+    assert s.get_children(base).result(T) == ["tt", "u"]  # /tt is not below /t
+    assert s.get_children(f"{base}/t").result(T) == []
+    assert not s.exists(f"{base}/t/a/b/c").result(T)
+    deletions = [n.path for n in seen if n.type is NotificationType.DELETED]
+    wait_until(
+        lambda: [n.path for n in seen if n.type is NotificationType.DELETED] == deleted,
+        timeout_s=T,
+        message=f"a deletion notified per node: {deletions}",
+    )
+    assert s.delete_recursive(f"{base}/t").result(T) == []  # nothing there: not an error
+    assert s.delete_recursive(f"{base}/nothing/here").result(T) == []
+
+
+@pytest.mark.parametrize("path", ["/", "", "x", "/a/", "/a//b", "/__pss__/seq"])
+def test_delete_recursive_bad_input(stores: StoreFactory, path: str) -> None:
+    s = stores()
+    with pytest.raises(ValueError):
+        s.delete_recursive(path)
+
+
+def test_listeners_per_prefix(stores: StoreFactory, base: str) -> None:
+    s, other = stores(), stores()
+    under_a: list[Notification] = []
+    everything: list[Notification] = []
+    s.register_listener(under_a.append, prefix=f"{base}/a")
+    s.register_listener(lambda n: everything.append(n) if n.path.startswith(base) else None)
+    for p in ("/a", "/a/x", "/ab", "/b", "/a/x/y"):
+        other.put(f"{base}{p}", b"").result(T)
+    _drain(s, other, base)
+    assert [(n.type, n.path) for n in under_a] == [
+        (NotificationType.CREATED, f"{base}/a"),
+        (NotificationType.CREATED, f"{base}/a/x"),
+        (NotificationType.CHILDREN_CHANGED, f"{base}/a"),
+        (NotificationType.CREATED, f"{base}/a/x/y"),
+        (NotificationType.CHILDREN_CHANGED, f"{base}/a/x"),
+    ]  # not /ab (a prefix of whole segments), not /b, not the base's changes
+    assert len(everything) > len(under_a)
+    s.unregister_listener(under_a.append)
+    with pytest.raises(ValueError):
+        s.register_listener(under_a.append, prefix="a/")
+    with pytest.raises(TypeError):
+        s.register_listener("not callable")  # type: ignore[arg-type]
+
+
+def test_a_deep_create_notifies_every_ancestor_whose_children_changed(
+    stores: StoreFactory, base: str
+) -> None:
+    s, other = stores(), stores()
+    seen: list[Notification] = []
+    s.register_listener(seen.append, prefix=base)
+    other.put(f"{base}/x", b"").result(T)
+    other.put(f"{base}/d/e/f", b"").result(T)  # /d and /d/e do not exist as nodes
+    other.put(f"{base}/d/e/g", b"").result(T)  # only /d/e's children change
+    other.delete(f"{base}/d/e/f").result(T)
+    other.delete(f"{base}/d/e/g").result(T)  # /d/e, /d and base lose a child each
+    _drain(s, other, base)
+    changed = [n.path for n in seen if n.type is NotificationType.CHILDREN_CHANGED]
+    b, d, e = base, f"{base}/d", f"{base}/d/e"
+    assert changed[:7] == [b, e, d, b, e, e, e] and changed[7:9] == [d, b], changed
+
+
+def test_cache_children_and_exists(stores: StoreFactory, base: str) -> None:
+    s, other = stores(), stores()
+    reads = {"children": 0, "exists": 0}
+    real_children, real_exists = s.get_children, s.exists
+
+    def counting_children(path: str) -> Future[list[str]]:
+        reads["children"] += 1
+        return real_children(path)
+
+    def counting_exists(path: str) -> Future[bool]:
+        reads["exists"] += 1
+        return real_exists(path)
+
+    s.get_children = counting_children  # type: ignore[method-assign]
+    s.exists = counting_exists  # type: ignore[method-assign]
+    cache: MetadataCache[dict[str, int]] = MetadataCache(s)
+    root = f"{base}/k"  # not base: _drain's markers are children of base
+    try:
+        other.put(f"{root}/c/one", b"{}").result(T)
+        _drain(s, other, base)
+        assert cache.get_children(f"{root}/c").result(T) == ["one"]
+        assert cache.get_children(f"{root}/c").result(T) == ["one"]
+        assert not cache.exists(f"{root}/c/two").result(T)
+        assert not cache.exists(f"{root}/c/two").result(T)
+        assert reads == {"children": 1, "exists": 1}, "the second reads came from the cache"
+        assert cache.get(f"{root}/c/one").result(T) == {}
+        assert cache.exists(f"{root}/c/one").result(T)  # from the cached value
+        assert reads["exists"] == 1
+        other.put(f"{root}/c/two", b"{}").result(T)  # behind the cache's back
+        wait_until(lambda: cache.exists(f"{root}/c/two").result(T), timeout_s=T)
+        wait_until(
+            lambda: cache.get_children(f"{root}/c").result(T) == ["one", "two"], timeout_s=T
+        )
+        assert cache.get_children(root).result(T) == ["c"]
+        other.put(f"{root}/deep/er/node", b"{}").result(T)  # adds "deep" to root's children
+        wait_until(lambda: cache.get_children(root).result(T) == ["c", "deep"], timeout_s=T)
+        other.delete_recursive(f"{root}/c").result(T)
+        wait_until(lambda: not cache.exists(f"{root}/c/one").result(T), timeout_s=T)
+        wait_until(lambda: cache.get_children(root).result(T) == ["deep"], timeout_s=T)
+        with pytest.raises(ValueError):
+            cache.get_children("bad")
+        with pytest.raises(ValueError):
+            cache.exists("/bad/")
+    finally:
+        cache.close()
+
+
+def test_session_events_reach_session_listeners(
+    stores: StoreFactory, session_faults: SessionFaults, base: str
+) -> None:
+    s, _other = stores(), stores()
+    events: list[SessionEvent] = []
+    s.register_session_listener(events.append)
+    assert s.session_healthy
+    session_faults.lose(s)
+    assert not s.session_healthy
+    session_faults.restore(s)
+    wait_until(
+        lambda: SessionEvent.SESSION_REESTABLISHED in events,
+        timeout_s=T,
+        message=f"session events {events}",
+    )
+    assert s.session_healthy
+    # a store may report the connection's loss first; then lost, then back
+    assert [e for e in events if e is not SessionEvent.CONNECTION_LOST] == [
+        SessionEvent.SESSION_LOST,
+        SessionEvent.SESSION_REESTABLISHED,
+    ]
+    with pytest.raises(TypeError):
+        s.register_session_listener(None)  # type: ignore[arg-type]
+
+
+def test_a_lock_is_reasserted_when_its_session_comes_back(
+    stores: StoreFactory, session_faults: SessionFaults, base: str
+) -> None:
+    holder_store, watcher_store = stores(), stores()
+    holder = CoordinationService[str](holder_store)
+    p = f"{base}/locks/revalidate"
+    lock = holder.acquire_lock(p, "holder").result(T)
+    first_token = lock.fencing_token
+    events: list[LockEvent] = []
+    lock.add_listener(events.append)
+    session_faults.lose(holder_store)  # the holder's ephemeral node is deleted by the expiry
+    wait_until(lambda: LockEvent.SESSION_LOST in events, timeout_s=T, message=f"events {events}")
+    assert lock.suspended and not lock.held  # do not act on it...
+    assert not lock.lost.done()  # ...but not lost yet: nobody else has it
+    wait_until(
+        lambda: watcher_store.get(p, latest=True).result(T) is None,
+        timeout_s=T,
+        message="the expired session's lock node deleted",
+    )
+    session_faults.restore(holder_store)
+    wait_until(lambda: LockEvent.REASSERTED in events, timeout_s=T, message=f"events {events}")
+    assert events == [LockEvent.SESSION_LOST, LockEvent.REASSERTED]
+    assert lock.held and not lock.suspended and not lock.lost.done()
+    assert lock.fencing_token > first_token  # made again: a new token
+    node = watcher_store.get(p, latest=True).result(T)
+    assert node is not None and node.stat.owner == holder_store.session_id
+    assert node.stat.token == lock.fencing_token
+    lock.release().result(T)
+    assert watcher_store.get(p, latest=True).result(T) is None
+    holder.close()
+
+
+def test_a_lock_taken_while_its_session_was_lost_is_reported_lost(
+    stores: StoreFactory, session_faults: SessionFaults, base: str
+) -> None:
+    holder_store, other_store = stores(), stores()
+    holder = CoordinationService[str](holder_store)
+    other = CoordinationService[str](other_store)
+    p = f"{base}/locks/taken"
+    lock = holder.acquire_lock(p, "holder").result(T)
+    events: list[LockEvent] = []
+    lock.add_listener(events.append)
+    taken = other.become_leader(p, "other")
+    session_faults.lose(holder_store)
+    new = taken.result(60)  # elected once the expiry deleted the holder's node
+    assert new.content == "other"
+    session_faults.restore(holder_store)
+    wait_until(lock.lost.done, timeout_s=T, message="the revalidation reports the loss")
+    assert events == [LockEvent.SESSION_LOST, LockEvent.LOST] and not lock.held
+    assert not lock.suspended
+    node = other_store.get(p, latest=True).result(T)
+    assert node is not None and new.owns(node), "the revalidation left the new holder's node"
+    assert lock.release().result(T) is None  # a stale release: harmless
+    assert new.owns(other_store.get(p, latest=True).result(T))
+    holder.close()
+    other.close()
+
+
+def test_an_operator_delete_is_still_a_loss_while_the_session_is_healthy(
+    stores: StoreFactory, base: str
+) -> None:
+    holder_store, operator = stores(), stores()
+    holder = CoordinationService[str](holder_store)
+    lock = holder.acquire_lock(f"{base}/locks/op", "holder").result(T)
+    events: list[LockEvent] = []
+    lock.add_listener(events.append)
+    operator.delete(f"{base}/locks/op").result(T)
+    wait_until(lock.lost.done, timeout_s=T, message="lost on an operator's delete")
+    assert events == [LockEvent.LOST]
+    holder.close()

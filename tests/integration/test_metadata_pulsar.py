@@ -19,6 +19,7 @@ from metadata_conformance import *  # noqa: F403  (the shared tests)
 from state_workers import counter_worker
 
 from pulsar_state import BaseMetadataStore, CoordinationService, MetadataStore
+from pulsar_state.metadata_state import SessionEvent
 
 SESSION = {"session_timeout_s": 2.0, "session_check_interval_s": 0.5}
 
@@ -51,6 +52,33 @@ def stores(
     for client, store in opened:
         store.close()
         client.close()
+
+
+class PulsarSessionFaults:
+    """A real session expiry through the broker: the store's session consumer
+    goes away (as when its connection is cut), the broker lists no consumer on
+    its subscription, and the other stores' checkers expire the session (its
+    ephemeral nodes deleted, its subscription removed) after the timeout. The
+    store hears CONNECTION_LOST, then SESSION_LOST from its own watch. Restoring
+    subscribes again, with the same session id, as the client's reconnection does."""
+
+    def lose(self, store: BaseMetadataStore) -> None:
+        assert isinstance(store, MetadataStore)
+        store._session.close()
+        wait_until(
+            lambda: store.session_state is SessionEvent.SESSION_LOST,
+            timeout_s=SESSION["session_timeout_s"] + 10,
+            message="the store saw its session lost",
+        )
+
+    def restore(self, store: BaseMetadataStore) -> None:
+        assert isinstance(store, MetadataStore)
+        store._subscribe_session()
+
+
+@pytest.fixture
+def session_faults() -> PulsarSessionFaults:
+    return PulsarSessionFaults()
 
 
 def test_compare_and_set_from_several_processes(

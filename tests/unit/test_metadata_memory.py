@@ -28,3 +28,20 @@ def stores() -> Iterator[Callable[[], BaseMetadataStore]]:
     yield open_store
     for store in opened:
         store.close()
+
+
+class MemorySessionFaults:
+    """A session lost as when cut off past its timeout: its nodes are dropped."""
+
+    def lose(self, store: BaseMetadataStore) -> None:
+        assert isinstance(store, MemoryMetadataStore)
+        store.expire_session()
+
+    def restore(self, store: BaseMetadataStore) -> None:
+        assert isinstance(store, MemoryMetadataStore)
+        store.reestablish_session()
+
+
+@pytest.fixture
+def session_faults() -> MemorySessionFaults:
+    return MemorySessionFaults()
