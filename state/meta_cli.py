@@ -1,5 +1,10 @@
 """``pulsar-state meta get|put|ls|rm|watch --topic T``: a MetadataStore from the shell.
 
+``put --sequential`` creates PATH + the next number of its parent's counter and
+prints the created path; ``rm --recursive`` (also spelled ``delete``) deletes a
+subtree in one write and prints the deleted paths. ``get --stat`` prints the
+Stat as JSON, the owner session and fencing token included.
+
 Values are printed as text when they are UTF-8, else as base64 (``--raw``
 writes the bytes as they are). URLs: ``--service-url``/``--admin-url`` or
 ``PULSAR_SERVICE_URL``/``PULSAR_ADMIN_URL``; a JWT: ``--auth-token`` or
@@ -38,7 +43,14 @@ from pulsar_state.errors import (
     PulsarStateError,
     TopicNotFoundError,
 )
-from pulsar_state.metadata_state import MetadataTree, MetaOp, Notification, validate_path
+from pulsar_state.metadata_state import (
+    MetadataTree,
+    MetaOp,
+    Notification,
+    validate_path,
+    validate_sequential_prefix,
+    validate_subtree,
+)
 from pulsar_state.metadata_store import MetadataStore, _MetaCodec
 from pulsar_state.topic_view import TopicView
 
@@ -153,20 +165,36 @@ def get(ctx: click.Context, path: str, stat: bool) -> None:
                     "ctime": s.creation_timestamp,
                     "mtime": s.modification_timestamp,
                     "ephemeral": s.ephemeral,
+                    "owner": s.owner,
+                    "token": s.token,
                 }
             )
         )
 
 
 @meta_group.command()
-@click.argument("path", callback=_path)
+@click.argument("path")
 @click.argument("value")
 @click.option("--version", "expected", type=int, default=None, help="Expected version (-1: new).")
+@click.option(
+    "--sequential",
+    is_flag=True,
+    help="PATH is a name prefix: create PATH + the next number; print the created path.",
+)
 @click.pass_context
-def put(ctx: click.Context, path: str, value: str, expected: int | None) -> None:
-    """Set PATH to VALUE (text); print the new version."""
+def put(ctx: click.Context, path: str, value: str, expected: int | None, sequential: bool) -> None:
+    """Set PATH to VALUE (text); print the new version (the path with --sequential)."""
+    try:
+        validate_sequential_prefix(path) if sequential else validate_path(path)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="PATH") from exc
+    if sequential and expected not in (None, -1):
+        raise click.BadParameter(
+            f"a sequential put always creates: -1 or none, got {expected}", param_hint="--version"
+        )
     with _open_store(ctx) as store:
-        click.echo(store.put(path, value.encode(), expected).result(_TIMEOUT_S).version)
+        stat = store.put(path, value.encode(), expected, sequential=sequential).result(_TIMEOUT_S)
+        click.echo(stat.path if sequential else stat.version)
 
 
 @meta_group.command("ls")
@@ -183,11 +211,31 @@ def list_children(ctx: click.Context, path: str) -> None:
 @meta_group.command("rm")
 @click.argument("path", callback=_path)
 @click.option("--version", "expected", type=int, default=None, help="Expected version.")
+@click.option(
+    "--recursive",
+    "-r",
+    is_flag=True,
+    help="Delete PATH and everything below it (one write); print the deleted paths.",
+)
 @click.pass_context
-def remove(ctx: click.Context, path: str, expected: int | None) -> None:
-    """Delete PATH."""
+def remove(ctx: click.Context, path: str, expected: int | None, recursive: bool) -> None:
+    """Delete PATH (also spelled ``delete``)."""
+    if recursive:
+        if expected is not None:
+            raise click.BadParameter("not with --recursive", param_hint="--version")
+        try:
+            validate_subtree(path)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="PATH") from exc
     with _open_store(ctx) as store:
-        store.delete(path, expected).result(_TIMEOUT_S)
+        if not recursive:
+            store.delete(path, expected).result(_TIMEOUT_S)
+            return
+        for deleted in sorted(store.delete_recursive(path).result(_TIMEOUT_S)):
+            click.echo(deleted)
+
+
+meta_group.add_command(remove, "delete")
 
 
 @meta_group.command()

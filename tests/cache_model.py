@@ -1,13 +1,16 @@
 """A stress check of MetadataCache freshness, shared by the memory and Pulsar tests.
 
-Writer threads update values through their own caches (read-modify-update) and
-directly on a store, while reader threads read through every cache. Once the
-writers are done and notifications are through (a bounded wait), every cache
-must return what the store holds.
+Writer threads update values through their own caches (read-modify-update),
+directly on a store, and delete them, while reader threads read values,
+children lists and existence through every cache. Once the writers are done
+and notifications are through (a bounded wait), every cache must return what
+the store holds: each value, whether each path exists, and the children of
+the paths' parent (the paths are its only children).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import threading
@@ -16,7 +19,8 @@ from typing import Any
 
 from harness import wait_until
 
-from pulsar_state import BaseMetadataStore, MetadataCache
+from pulsar_state import BaseMetadataStore, MetadataCache, NotFoundError
+from pulsar_state.metadata_state import parent_of
 
 T = 60  # seconds per blocking call
 
@@ -34,6 +38,10 @@ def check_caches_converge(
     settle_s: float = 10.0,
 ) -> int:
     """Run one round; how many reads the readers made."""
+    parents = {parent_of(p) for p in paths}
+    assert len(parents) == 1, "the paths share one parent"
+    parent = parents.pop()
+    assert parent is not None
     caches: list[MetadataCache[dict[str, int]]] = [
         MetadataCache(s) for s in stores for _ in range(caches_per_store)
     ]
@@ -48,7 +56,11 @@ def check_caches_converge(
         try:
             for i in range(ops_per_writer):
                 path = rng.choice(paths)
-                if rng.random() < 0.6:
+                roll = rng.random()
+                if roll < 0.1:
+                    with contextlib.suppress(NotFoundError):
+                        store.delete(path).result(T)
+                elif roll < 0.6:
                     cache.read_modify_update_or_create(
                         path, lambda v: {"n": (v or {"n": 0})["n"] + 1, "by": n}
                     ).result(T)
@@ -62,7 +74,13 @@ def check_caches_converge(
         rng = random.Random(seed * 1000 + 500 + n)
         try:
             while not done.is_set():
-                rng.choice(caches).get(rng.choice(paths)).result(T)
+                cache, path, kind = rng.choice(caches), rng.choice(paths), rng.random()
+                if kind < 0.6:
+                    cache.get(path).result(T)
+                elif kind < 0.8:
+                    cache.exists(path).result(T)
+                else:
+                    cache.get_children(parent).result(T)
                 reads[n] += 1
         except BaseException as exc:
             errors.append(exc)
@@ -83,12 +101,22 @@ def check_caches_converge(
 
         def stale() -> list[tuple[int, str, Any, Any]]:
             found = []
+            children = []
             for p in paths:
                 want = stored_value(p)
+                if want is not None:
+                    children.append(p.rsplit("/", 1)[1])
                 for i, c in enumerate(caches):
                     got = c.get(p).result(T)
                     if got != want:
                         found.append((i, p, got, want))
+                    there = c.exists(p).result(T)
+                    if there != (want is not None):
+                        found.append((i, f"exists {p}", there, want is not None))
+            for i, c in enumerate(caches):
+                listed = c.get_children(parent).result(T)
+                if listed != sorted(children):
+                    found.append((i, f"children of {parent}", listed, sorted(children)))
             return found
 
         wait_until(
