@@ -69,7 +69,8 @@ $(BENCH_STAMP): $(STAMP)
 	touch $(BENCH_STAMP)
 
 # against etcd and ZooKeeper (installed from Debian's packages when missing),
-# TableView and raw Pulsar: bench/results/peers.md; BENCH_ARGS="--rounds 5 ..."
+# TableView and raw Pulsar, bookie fsync on and off: bench/results/peers.md;
+# BENCH_ARGS="--rounds 5 ..."; BENCH_ARGS=--smoke: a tiny end-to-end check (.cache/bench/)
 bench: $(BENCH_STAMP)
 	$(PY) -m bench.peers $(BENCH_ARGS)
 
