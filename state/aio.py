@@ -12,6 +12,11 @@ exceptions are the same classes.
 Opening (bootstrap) blocks while it catches up, so ``open()`` runs it in a
 worker thread.
 
+Methods the blocking surface has without a future (listeners, ``close``,
+``check_process``, ``fencing_token``) are plain or ``async`` twins of the same
+name; a unit test (``tests/unit/test_aio_parity.py``) fails when a public sync
+method has no twin with the same parameters here.
+
 Cancelling a task that awaits a write cancels the core's future: a write still
 queued is then never written; one the writer has taken up goes on and may
 land (it cannot be taken back). Either way no other write is disturbed: the
@@ -22,19 +27,24 @@ cancelled ones.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+import concurrent.futures
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any, Generic, Self, TypeVar
 
 from pulsar_state.coordination import CoordinationService, ResourceLock
 from pulsar_state.manager import SharedStateManager
-from pulsar_state.metadata_base import BaseMetadataStore
-from pulsar_state.metadata_state import GetResult, Notification, Stat
+from pulsar_state.map_watch import MapChange, MapWatch
+from pulsar_state.metadata_base import BaseMetadataStore, Listener, SessionListener
+from pulsar_state.metadata_state import GetResult, Stat
 from pulsar_state.position import Position
-from pulsar_state.pulsar_map import PulsarMap
+from pulsar_state.pulsar_map import MapOp, PulsarMap
+from pulsar_state.replay import AppliedWrite
 
 __all__ = [
     "AsyncCoordinationService",
+    "AsyncMapWatch",
     "AsyncMetadataStore",
     "AsyncPulsarMap",
     "AsyncSharedStateManager",
@@ -66,15 +76,30 @@ class AsyncSharedStateManager(Generic[S, Op]):
         latest: bool = False,
         *,
         at_least: Position | str | None = None,
+        timeout_s: float | None = None,
     ) -> R:
-        return await wrap(self.sync.read(reader, latest, at_least=at_least))
+        """See :meth:`SharedStateManager.read`; raises what its future raises."""
+        return await wrap(self.sync.read(reader, latest, at_least=at_least, timeout_s=timeout_s))
 
     async def write(
         self,
         generator: Callable[[S], Iterable[Op] | None],
         reader: Callable[[S], R] | None = None,
+        *,
+        blind: bool = False,
     ) -> Any:
-        return await wrap(self.sync.write(generator, reader))
+        """See :meth:`SharedStateManager.write`; raises what its future raises."""
+        return await wrap(self.sync.write(generator, reader, blind=blind))
+
+    def add_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
+        """Listeners run on the tailer's thread; use ``loop.call_soon_threadsafe``."""
+        self.sync.add_listener(listener)
+
+    def remove_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
+        self.sync.remove_listener(listener)
+
+    def check_process(self) -> None:
+        self.sync.check_process()
 
     async def close(self) -> None:
         await asyncio.to_thread(self.sync.close)
@@ -120,6 +145,12 @@ class AsyncPulsarMap(Generic[K, V]):
     async def get(self, key: K, latest: bool = False) -> V | None:
         return await wrap(self.sync.get(key, latest))
 
+    async def contains(self, key: K, latest: bool = False) -> bool:
+        return await wrap(self.sync.contains(key, latest))
+
+    async def size(self, latest: bool = False) -> int:
+        return await wrap(self.sync.size(latest))
+
     async def get_or_default(self, key: K, default: V, latest: bool = False) -> V:
         return await wrap(self.sync.get_or_default(key, default, latest))
 
@@ -160,6 +191,93 @@ class AsyncPulsarMap(Generic[K, V]):
     async def clear(self) -> int:
         return await wrap(self.sync.clear())
 
+    async def transact(
+        self,
+        fn: Callable[[Mapping[K, V]], Iterable[MapOp[K, V]] | None],
+        *,
+        reader: Callable[[Mapping[K, V]], Any] | None = None,
+    ) -> Any:
+        """See :meth:`PulsarMap.transact`: the position, or ``reader``'s result."""
+        if reader is None:
+            return await wrap(self.sync.transact(fn))
+        return await wrap(self.sync.transact(fn, reader=reader))
+
+    async def watch(
+        self,
+        key_or_prefix: K | str | None,
+        callback: Callable[[MapChange[K, V]], Awaitable[Any] | Any],
+        from_position: Position | str | None = None,
+        *,
+        prefix: bool = False,
+        timeout_s: float | None = None,
+    ) -> AsyncMapWatch[K, V]:
+        """See :meth:`PulsarMap.watch`. A coroutine function as ``callback`` is
+        awaited on this loop, one change at a time, in order (what it raises is
+        logged and counted); a plain function runs on the watch's thread."""
+        if inspect.iscoroutinefunction(callback):
+            loop = asyncio.get_running_loop()
+            holder: list[MapWatch[K, V]] = []
+
+            def on_change(change: MapChange[K, V]) -> None:
+                done = asyncio.run_coroutine_threadsafe(callback(change), loop)
+                while True:  # bounded slices: a stopped watch or a closed loop ends the wait
+                    try:
+                        done.result(timeout=0.5)
+                        return
+                    except concurrent.futures.TimeoutError:
+                        if done.done():
+                            raise
+                        if (holder and not holder[0].running) or loop.is_closed():
+                            done.cancel()
+                            return
+
+            watch = self.sync.watch(
+                key_or_prefix,
+                on_change,
+                from_position,
+                prefix=prefix,
+                timeout_s=timeout_s,
+            )
+            holder.append(watch)
+        else:
+            watch = self.sync.watch(
+                key_or_prefix, callback, from_position, prefix=prefix, timeout_s=timeout_s
+            )
+        return AsyncMapWatch(watch)
+
+
+class AsyncMapWatch(Generic[K, V]):
+    """``await``-able :class:`MapWatch` handle: ``await w.stop()`` or ``async with``."""
+
+    def __init__(self, watch: MapWatch[K, V]) -> None:
+        self.sync = watch
+
+    @property
+    def running(self) -> bool:
+        return self.sync.running
+
+    @property
+    def delivered(self) -> int:
+        return self.sync.delivered
+
+    @property
+    def errors(self) -> int:
+        return self.sync.errors
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self.sync.failure
+
+    async def stop(self, timeout_s: float = 10.0) -> bool:
+        """See :meth:`MapWatch.stop` (waits in a worker thread, not on the loop)."""
+        return await asyncio.to_thread(self.sync.stop, timeout_s)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
 
 class AsyncMetadataStore:
     """``await``-able metadata store (any :class:`BaseMetadataStore`)."""
@@ -167,8 +285,8 @@ class AsyncMetadataStore:
     def __init__(self, store: BaseMetadataStore) -> None:
         self.sync = store
 
-    async def get(self, path: str) -> GetResult | None:
-        return await wrap(self.sync.get(path))
+    async def get(self, path: str, latest: bool = False) -> GetResult | None:
+        return await wrap(self.sync.get(path, latest))
 
     async def get_children(self, path: str) -> list[str]:
         return await wrap(self.sync.get_children(path))
@@ -183,15 +301,49 @@ class AsyncMetadataStore:
         expected_version: int | None = None,
         *,
         ephemeral: bool = False,
+        sequential: bool = False,
     ) -> Stat:
-        return await wrap(self.sync.put(path, value, expected_version, ephemeral=ephemeral))
+        return await wrap(
+            self.sync.put(path, value, expected_version, ephemeral=ephemeral, sequential=sequential)
+        )
 
-    async def delete(self, path: str, expected_version: int | None = None) -> None:
-        await wrap(self.sync.delete(path, expected_version))
+    async def delete_recursive(self, path: str) -> list[str]:
+        return await wrap(self.sync.delete_recursive(path))
 
-    def register_listener(self, listener: Callable[[Notification], None]) -> None:
+    async def delete(
+        self,
+        path: str,
+        expected_version: int | None = None,
+        *,
+        expected_owner: str | None = None,
+        expected_token: int | None = None,
+    ) -> None:
+        await wrap(
+            self.sync.delete(
+                path,
+                expected_version,
+                expected_owner=expected_owner,
+                expected_token=expected_token,
+            )
+        )
+
+    def fencing_token(self, path: str) -> int | None:
+        """Local, no I/O: the same as the sync store's."""
+        return self.sync.fencing_token(path)
+
+    def register_listener(self, listener: Listener, prefix: str | None = None) -> None:
         """Listeners run on the store's dispatcher thread; use ``loop.call_soon_threadsafe``."""
-        self.sync.register_listener(listener)
+        self.sync.register_listener(listener, prefix)
+
+    def unregister_listener(self, listener: Listener) -> None:
+        self.sync.unregister_listener(listener)
+
+    def register_session_listener(self, listener: SessionListener) -> None:
+        """Run on the store's dispatcher thread, as :meth:`register_listener`."""
+        self.sync.register_session_listener(listener)
+
+    def unregister_session_listener(self, listener: SessionListener) -> None:
+        self.sync.unregister_session_listener(listener)
 
     async def close(self) -> None:
         await asyncio.to_thread(self.sync.close)
@@ -220,3 +372,6 @@ class AsyncCoordinationService(Generic[T]):
 
     async def release(self, lock: ResourceLock[T]) -> None:
         await wrap(lock.release())
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.sync.close)
