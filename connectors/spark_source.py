@@ -41,6 +41,7 @@ the broker answers and that the topic exists before any task runs.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import uuid
 import zlib
 from collections.abc import Iterator
@@ -78,6 +79,12 @@ _FORMATS: dict[str, Serde[Any]] = {
     "binary": BytesSerde(),
 }
 _BATCH_ROWS = 50_000
+_MAX_PARTITIONS = 10_000
+#: a changelog range's warm-up: the entries before its start that its task
+#: replays (no rows) so that its replay state (fencing epoch, recent write ids)
+#: matches a whole-topic read's; at most this many entries and ~bytes
+_WARMUP_ENTRIES = 64
+_WARMUP_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,8 @@ class SourceOptions:
     value_format: str
     include_metadata: bool
     auth_token: str | None
-    num_partitions: int
+    #: None: the mode's default (snapshot 1, changelog the driver's cores)
+    num_partitions: int | None
     timeout_ms: int
     pushdown: bool = False
 
@@ -113,15 +121,26 @@ class SourceOptions:
             raise ValueError(
                 f"pulsar_state: valueFormat must be one of {tuple(_FORMATS)}, got {value_format!r}"
             )
+        partitions: int | None = None
+        if opts.get("numpartitions") is not None:
+            raw = opts["numpartitions"]
+            try:
+                partitions = int(raw)
+            except ValueError:
+                partitions = 0
+            if not 1 <= partitions <= _MAX_PARTITIONS:
+                raise ValueError(
+                    f"pulsar_state: numPartitions must be an integer from 1 to "
+                    f"{_MAX_PARTITIONS}, got {raw!r}"
+                )
         try:
-            partitions = int(opts.get("numpartitions", "1"))
             timeout_ms = int(opts.get("timeoutms", "30000"))
-        except ValueError as exc:
+        except ValueError:
+            timeout_ms = 0
+        if timeout_ms < 1:
             raise ValueError(
-                f"pulsar_state: numPartitions/timeoutMs must be integers ({exc})"
-            ) from None
-        if partitions < 1 or timeout_ms < 1:
-            raise ValueError("pulsar_state: numPartitions and timeoutMs must be >= 1")
+                f"pulsar_state: timeoutMs must be an integer >= 1, got {opts.get('timeoutms')!r}"
+            )
         include = opts.get("includemetadata", "false").lower()
         pushdown = opts.get("pushdown", "false").lower()
         for flag, value in (("includeMetadata", include), ("pushdown", pushdown)):
@@ -158,10 +177,23 @@ class SourceOptions:
             logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
         )
 
+    def partitions_for(self, mode: str) -> int:
+        if self.num_partitions is not None:
+            return self.num_partitions
+        return max(1, os.cpu_count() or 1) if mode == "changelog" else 1
+
     def check_topic(self) -> None:
         """On the driver: the broker answers and the topic exists, or a clear error."""
+        self._admin_get("stats")
+
+    def internal_stats(self) -> dict[str, Any]:
+        """The topic's managed-ledger stats (its ledgers and their entry counts)."""
+        stats: dict[str, Any] = self._admin_get("internalStats").json()
+        return stats
+
+    def _admin_get(self, what: str) -> requests.Response:
         headers = {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else {}
-        url = f"{self.admin_url}/admin/v2/{topic_path(self.topic)}/stats"
+        url = f"{self.admin_url}/admin/v2/{topic_path(self.topic)}/{what}"
         try:
             resp = requests.get(url, headers=headers, timeout=self.timeout_ms / 1000)
         except requests.RequestException as exc:
@@ -175,6 +207,7 @@ class SourceOptions:
         if resp.status_code != 200:
             detail = f"{resp.status_code}: {resp.text[:200]}"
             raise ConnectionError(f"pulsar_state: checking {self.topic} failed ({detail})")
+        return resp
 
     def last_position(self) -> Position:
         """The topic's last message id (a short-lived subscription asks the broker)."""
@@ -283,13 +316,181 @@ def _to_arrow(
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
+Entry = tuple[int, int]  # (ledger, entry)
+
+
+@dataclass(frozen=True)
+class _Range:
+    """A changelog task's share of the log: whole entries ``first``..``last``.
+
+    ``begin`` (<= ``first``) is where its replay starts: the entries before
+    ``first`` are its warm-up, replayed without rows. ``shadow``: the next range's
+    ``begin``, so that this task can check the next one's warm-up (below).
+    """
+
+    first: Entry
+    last: Entry
+    begin: Entry
+    shadow: Entry | None
+    end: str  # the read's last position (the last range stops there)
+    is_last: bool
+
+
+def _plan_ranges(opts: SourceOptions, end: Position, count: int) -> list[_Range]:
+    """Split the log through ``end`` into at most ``count`` ranges of whole entries,
+    from the topic's ledgers and their entry counts (admin internal stats)."""
+    ledgers: list[tuple[int, int, float]] = []  # (ledger id, entries, bytes per entry)
+    if not end.is_start:
+        stats = opts.internal_stats()
+        last_ledger, _, _ = str(stats.get("lastConfirmedEntry", "-1:-1")).partition(":")
+        for ledger in stats.get("ledgers", []):
+            lid, entries = int(ledger["ledgerId"]), int(ledger.get("entries", 0))
+            size = float(ledger.get("size", 0))
+            if str(lid) == last_ledger:  # the open ledger: its counts are on the topic
+                entries = int(stats.get("currentLedgerEntries", entries))
+                size = float(stats.get("currentLedgerSize", size))
+            if lid > end.ledger:
+                continue
+            if lid == end.ledger:
+                entries = end.entry + 1  # the frozen end is in this ledger
+            if entries > 0:
+                ledgers.append((lid, entries, size / entries if size > 0 else 1.0))
+    if not ledgers or ledgers[-1][0] != end.ledger:
+        # an empty topic, or stats that do not show the end: one range, as a whole read
+        whole = (-1, -1)
+        return [_Range(whole, (end.ledger, end.entry), whole, None, str(end), True)]
+    total = sum(entries for _, entries, _ in ledgers)
+    count = max(1, min(count, total))
+
+    def at(index: int) -> tuple[Entry, float]:
+        for lid, entries, per_entry in ledgers:
+            if index < entries:
+                return (lid, index), per_entry
+            index -= entries
+        raise IndexError(index)
+
+    starts = [i * total // count for i in range(count)]
+    begins: list[int] = []
+    for i, start in enumerate(starts):
+        first_begin = start
+        if i > 0:  # a warm-up: the entries just before (never before the last one's)
+            spent = 0.0
+            while (
+                first_begin > begins[-1]
+                and start - first_begin < _WARMUP_ENTRIES
+                and (spent < _WARMUP_BYTES or first_begin == start)
+            ):
+                first_begin -= 1
+                spent += at(first_begin)[1]
+        begins.append(first_begin)
+    ranges = []
+    for i, start in enumerate(starts):
+        stop = starts[i + 1] - 1 if i + 1 < count else total - 1
+        ranges.append(
+            _Range(
+                first=at(start)[0],
+                last=at(stop)[0],
+                begin=at(begins[i])[0],
+                shadow=at(begins[i + 1])[0] if i + 1 < count else None,
+                end=str(end),
+                is_last=i + 1 == count,
+            )
+        )
+    return ranges
+
+
+def _new_replay(
+    opts: SourceOptions, start_epoch: int
+) -> LogReplay[dict[str, Any], MapOp[str, Any]]:
+    return LogReplay(
+        topic=opts.topic,
+        codec=opts.codec(),
+        applier=lambda state, op: None,
+        state={},
+        start_epoch=start_epoch,
+    )
+
+
+def _replay_range(opts: SourceOptions, rng: _Range, *, start_epoch: int, on_write: Any) -> None:
+    """Replay ``rng`` (its warm-up first, without rows) and hand its writes to ``on_write``.
+
+    Exactness: the rows of a range are the writes the whole-topic replay applies
+    there, provided this replay's state at ``first`` equals that replay's. Both
+    replays see the same messages from ``begin`` on; what the warm-up cannot see
+    is older history, which matters through (1) the fencing epoch, and (2) the
+    recent write ids that make a re-landed write a duplicate. (1) is checked:
+    the previous range's task, which replays through this range's start, runs a
+    shadow of this warm-up and fails the read if their epochs differ. (2) is
+    covered for a duplicate landing within the warm-up's entries of its original.
+    """
+    replay = _new_replay(opts, start_epoch)
+    first = rng.first
+
+    def in_range(change: AppliedWrite[MapOp[str, Any]]) -> None:
+        if (change.position.ledger, change.position.entry) >= first:
+            on_write(change)
+
+    replay.add_listener(in_range)
+    shadow = _new_replay(opts, 0) if rng.shadow is not None else None
+    end = Position.parse(rng.end)
+    if end.is_start:
+        return
+    client = opts.client()
+    try:
+        begin = (
+            pulsar.MessageId(-1, rng.begin[0], rng.begin[1], -1)
+            if rng.begin[0] >= 0
+            else pulsar.MessageId.earliest
+        )
+        reader = client.create_reader(opts.topic, begin, start_message_id_inclusive=True)
+        try:
+            while True:
+                msg = reader.read_next(timeout_millis=opts.timeout_ms)
+                pos = Position.from_message_id(msg.message_id())
+                entry = (pos.ledger, pos.entry)
+                if entry > rng.last:
+                    break  # the next range's first message
+                replay.feed(msg)
+                if shadow is not None and rng.shadow is not None and entry >= rng.shadow:
+                    shadow.feed(msg)
+                if rng.is_last and pos.covers(end):
+                    break
+            replay.flush()
+        finally:
+            reader.close()
+    except pulsar.Timeout:
+        raise TimeoutError(
+            f"pulsar_state: no message within {opts.timeout_ms} ms before reaching {rng.last}"
+        ) from None
+    finally:
+        client.close()
+    if shadow is not None:
+        shadow.flush()
+        if shadow.epoch != replay.epoch:
+            raise RuntimeError(
+                f"pulsar_state: a parallel changelog read cannot be made exact here: the "
+                f"fencing epoch at {rng.last[0]}:{rng.last[1]} ({replay.epoch}) is older "
+                f"than the next range's warm-up shows ({shadow.epoch}) (stale writes of a "
+                f"fenced writer fill it); read this topic with numPartitions=1"
+            )
+
+
 class _Partition(InputPartition):
-    def __init__(self, index: int, count: int, end: str, keys: tuple[str, ...] | None) -> None:
+    def __init__(
+        self,
+        index: int,
+        count: int,
+        end: str,
+        keys: tuple[str, ...] | None,
+        span: _Range | None = None,
+    ) -> None:
         super().__init__(index)
         self.index = index
         self.count = count
         self.end = end
         self.keys = keys
+        #: changelog: the log range this partition reads (keys are not split then)
+        self.span = span
 
 
 def _bucket(key: str, count: int) -> int:
@@ -307,7 +508,10 @@ class PulsarStateBatchReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         end = self.opts.last_position()  # frozen at planning time
-        n = self.opts.num_partitions
+        n = self.opts.partitions_for(self.opts.mode)
+        if self.opts.mode == "changelog":  # disjoint position ranges, keys not split
+            ranges = _plan_ranges(self.opts, end, n)
+            return [_Partition(i, 1, str(end), self.keys, span) for i, span in enumerate(ranges)]
         return [_Partition(i, n, str(end), self.keys) for i in range(n)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -337,14 +541,8 @@ class PulsarStateBatchReader(DataSourceReader):
                     columns["entry_id"].append(change.position.entry)
                     columns["batch_index"].append(change.position.batch)
 
-            _replay_changes(
-                opts,
-                compacted=False,
-                start=None,
-                start_epoch=0,
-                end=Position.parse(partition.end),
-                on_write=on_change,
-            )
+            assert partition.span is not None
+            _replay_range(opts, partition.span, start_epoch=0, on_write=on_change)
             yield from _chunks(opts, self.schema, columns)
             return
 

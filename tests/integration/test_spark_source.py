@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -10,12 +11,17 @@ from typing import Any
 
 import pulsar
 import pytest
+import requests
 from harness import PulsarEndpoint, unique_topic, wait_until
 from pyspark.sql import DataFrame, SparkSession
 
 from pulsar_state import PulsarMap
-from pulsar_state.admin import PulsarAdmin
-from pulsar_state.connectors.spark_source import PulsarStateDataSource
+from pulsar_state.admin import PulsarAdmin, topic_path
+from pulsar_state.connectors.spark_source import (
+    PulsarStateDataSource,
+    SourceOptions,
+    _replay_changes,
+)
 
 ClientFactory = Callable[[], pulsar.Client]
 
@@ -274,3 +280,161 @@ def test_clear_errors(spark: SparkSession, pulsar_endpoint: PulsarEndpoint) -> N
             .load()
             .collect()
         )
+
+
+def _changelog_by_partition(
+    spark: SparkSession, ep: PulsarEndpoint, topic: str, partitions: int
+) -> list[list[tuple[Any, ...]]]:
+    """The changelog reader Spark would build, its planned partitions read one by one
+    here (as the executors would): the rows of each partition, in order."""
+    source = PulsarStateDataSource(
+        {
+            "serviceUrl": ep.service_url,
+            "adminUrl": ep.admin_url,
+            "topic": topic,
+            "mode": "changelog",
+            "numPartitions": str(partitions),
+        }
+    )
+    reader = source.reader(spark.createDataFrame([], source.schema()).schema)
+    out = []
+    for partition in reader.partitions():
+        rows: list[tuple[Any, ...]] = []
+        for batch in reader.read(partition):
+            rows.extend(zip(*(col.to_pylist() for col in batch.columns), strict=True))
+        out.append(rows)
+    return out
+
+
+def test_parallel_changelog_reads_disjoint_ranges_with_the_single_read_rows(
+    spark: SparkSession,
+    pulsar_endpoint: PulsarEndpoint,
+    make_client: ClientFactory,
+    admin_url: str,
+) -> None:
+    """Several ledgers (the topic unloaded between batches), multi-op writes,
+    deletes, a stale write, a forged epoch and a duplicate: every range read
+    gives the rows of the whole-topic read, split at entry boundaries."""
+    topic = unique_topic("spark-ranges")
+    client = make_client()
+    for batch in range(4):
+        with PulsarMap[str, Any](client, topic, admin_url=admin_url) as m:  # a new epoch each
+            m.put_all({f"k{batch}-{i}": i for i in range(7)}).result()
+            for i in range(5):
+                m.put(f"k{batch}-{i}", {"round": batch}).result()
+            m.delete(f"k{batch}-6").result()
+            m.put_all({f"k{batch}-{i}": None for i in range(2)}).result()
+        # unloading the topic closes its ledger: the next writes start a new one
+        resp = requests.put(f"{admin_url}/admin/v2/{topic_path(topic)}/unload", timeout=30)
+        assert resp.status_code in (200, 204), resp.text
+    # writes only a broken or fenced writer makes: a stale epoch, a forged one, a duplicate
+    raw = pulsar.Client(pulsar_endpoint.service_url)
+    try:
+        log = raw.create_reader(topic, pulsar.MessageId.earliest)
+        writes = []
+        while log.has_message_available():
+            msg = log.read_next(timeout_millis=10_000)
+            if msg.properties().get("pss.k") == "write":
+                writes.append(msg)
+        log.close()
+        first, last = writes[0], writes[-1]
+        producer = raw.create_producer(topic)
+        producer.send(b'"stale"', properties=first.properties(), partition_key="stale")
+        forged = {**last.properties(), "pss.e": str(1 << 62), "pss.w": "forged"}
+        producer.send(b'"forged"', properties=forged, partition_key="forged")
+        producer.send(last.data(), properties=last.properties(), partition_key=last.partition_key())
+        producer.close()
+    finally:
+        raw.close()
+
+    # the reference: the whole topic through the state core's replay in one pass
+    opts = SourceOptions.parse(
+        {"serviceUrl": pulsar_endpoint.service_url, "adminUrl": admin_url, "topic": topic}
+    )
+    reference: list[tuple[Any, ...]] = []
+
+    def on_write(change: Any) -> None:
+        p = change.position
+        for op in change.ops:
+            value = None if op.is_delete else op.payload.decode()
+            kind = "delete" if op.is_delete else "put"
+            reference.append((op.key, value, kind, str(p), p.ledger, p.entry, p.batch))
+
+    _replay_changes(
+        opts,
+        compacted=False,
+        start=None,
+        start_epoch=0,
+        end=opts.last_position(),
+        on_write=on_write,
+    )
+    whole = _changelog_by_partition(spark, pulsar_endpoint, topic, 1)
+    assert len(whole) == 1
+    assert [(*r[:4], *r[5:]) for r in whole[0]] == reference
+    reference = whole[0]
+    assert len({r[5] for r in reference}) == 4  # a ledger per map (the raw sends: no rows)
+    keys = {r[0] for r in reference}
+    assert "stale" not in keys and "forged" not in keys
+    assert sum(1 for r in reference if r[2] == "delete") == 4
+    assert len(reference) == 4 * (7 + 5 + 1 + 2)  # the duplicate is not a row
+    for n in (2, 3, 5, 16):
+        parts = _changelog_by_partition(spark, pulsar_endpoint, topic, n)
+        assert len(parts) > 1
+        assert [r for part in parts for r in part] == reference, f"numPartitions={n}"
+        # disjoint position ranges: each partition's rows lie after the previous one's
+        spans = [(p[0][5:7], p[-1][5:7]) for p in parts if p]
+        for (_, prev_last), (next_first, _) in itertools.pairwise(spans):
+            assert prev_last < next_first, f"numPartitions={n}: overlapping ranges {spans}"
+    # and through Spark: the same rows in the same order
+    parallel = _read(spark, pulsar_endpoint, topic, mode="changelog", numPartitions="4")
+    single = _read(spark, pulsar_endpoint, topic, mode="changelog", numPartitions="1")
+    assert parallel.rdd.getNumPartitions() == 4
+    assert [tuple(r) for r in parallel.collect()] == [tuple(r) for r in single.collect()]
+
+
+def test_partition_option_is_validated(
+    spark: SparkSession, pulsar_endpoint: PulsarEndpoint
+) -> None:
+    for bad in ("0", "-2", "two", "100001"):
+        with pytest.raises(Exception, match="numPartitions"):
+            _read(spark, pulsar_endpoint, unique_topic("x"), mode="changelog", numPartitions=bad)
+
+
+def test_parallel_changelog_refuses_a_range_start_only_stale_writes_precede(
+    spark: SparkSession,
+    pulsar_endpoint: PulsarEndpoint,
+    make_client: ClientFactory,
+    admin_url: str,
+) -> None:
+    """A range whose warm-up holds only a fenced writer's stale writes cannot know
+    the epoch in force: the previous range's task sees that and fails the read
+    (never wrong rows); the single-range read has them all skipped."""
+    topic = unique_topic("spark-stale")
+    client = make_client()
+    with PulsarMap[str, Any](client, topic, admin_url=admin_url) as m:
+        m.put("a", 1).result()
+    with PulsarMap[str, Any](client, topic, admin_url=admin_url) as m:  # a newer epoch
+        m.put("b", 2).result()
+    raw = pulsar.Client(pulsar_endpoint.service_url)
+    try:
+        log = raw.create_reader(topic, pulsar.MessageId.earliest)
+        old = log.read_next(timeout_millis=10_000)
+        while old.properties().get("pss.k") != "write":
+            old = log.read_next(timeout_millis=10_000)
+        log.close()
+        producer = raw.create_producer(topic, batching_enabled=False)
+        for i in range(70):  # the old writer's epoch, after the new writer's marker:
+            # more entries than a range's warm-up (64), so a range's warm-up holds only these
+            producer.send_async(
+                f"{i}".encode(), None, properties=old.properties(), partition_key=f"s{i}"
+            )
+        producer.flush()
+        producer.close()
+    finally:
+        raw.close()
+    (single,) = _changelog_by_partition(spark, pulsar_endpoint, topic, 1)
+    assert [(r[0], r[1]) for r in single] == [("a", "1"), ("b", "2")]
+    with pytest.raises(RuntimeError, match="cannot be made exact"):
+        _changelog_by_partition(spark, pulsar_endpoint, topic, 37)  # two entries each
+    # fewer ranges: a warm-up reaches the new writer's epoch, and the rows are exact
+    assert _changelog_by_partition(spark, pulsar_endpoint, topic, 2)[1] == []
