@@ -1,13 +1,14 @@
 """``pulsar-state functions querystate``: a function's state key, spelled like pulsar-admin's.
 
 ``pulsar-state functions querystate --tenant T --namespace N --name F --key K
-[--watch]`` prints the key's ``FunctionState`` JSON (``key``, ``stringValue`` /
-``byteValue`` / ``numberValue``, ``version``; ``byteValue`` in base64 as the
-REST API gives it) from the function's state topic, found by its name
-(:mod:`~pulsar_state.functions.queryable_state`). Read-only. A missing
-function or key is a clear message on stderr and exit code 3; ``--watch``
-prints the value again each time it changes (a missing key is reported once
-and waited for), until interrupted.
+[--watch]`` (or ``--fqfn T/N/F``; tenant and namespace default to ``public``
+and ``default``, as in ``pulsar-admin``) prints the key's ``FunctionState``
+JSON (``key``, ``stringValue`` / ``byteValue`` / ``numberValue``, ``version``;
+``byteValue`` in base64 as the REST API gives it) from the function's state
+topic, found by its name (:mod:`~pulsar_state.functions.queryable_state`).
+Read-only. A missing function or key is a clear message on stderr and exit
+code 3; ``--watch`` prints the value again each time it changes (a missing key
+is reported once and waited for), until interrupted.
 """
 
 from __future__ import annotations
@@ -56,9 +57,10 @@ def functions_group() -> None:
 
 
 @functions_group.command()
-@click.option("--tenant", required=True, help="The function's tenant.")
-@click.option("--namespace", required=True, help="The function's namespace.")
-@click.option("--name", required=True, help="The function's name.")
+@click.option("--tenant", default="public", show_default=True, help="The function's tenant.")
+@click.option("--namespace", default="default", show_default=True, help="The function's namespace.")
+@click.option("--name", help="The function's name.")
+@click.option("--fqfn", help="The function as tenant/namespace/name (instead of the three).")
 @click.option("-k", "--key", required=True, help="The state key.")
 @click.option("-w", "--watch", is_flag=True, help="Print the value again whenever it changes.")
 @click.option(
@@ -70,7 +72,8 @@ def querystate(
     *,
     tenant: str,
     namespace: str,
-    name: str,
+    name: str | None,
+    fqfn: str | None,
     key: str,
     watch: bool,
     interval: float,
@@ -82,6 +85,7 @@ def querystate(
         raise click.BadParameter("--timeout and --interval must be > 0")
     if not key:
         raise click.BadParameter("must not be empty", param_hint="--key")
+    tenant, namespace, name = _function(tenant, namespace, name, fqfn)
     auth = cluster_auth(cluster)
     with (
         cluster_client(cluster["service_url"], timeout, auth) as client,
@@ -100,6 +104,24 @@ def querystate(
             _watch(reader, (tenant, namespace, name), key, interval)
         finally:
             reader.close()
+
+
+def _function(
+    tenant: str, namespace: str, name: str | None, fqfn: str | None
+) -> tuple[str, str, str]:
+    """The function's (tenant, namespace, name), from --fqfn or the three options."""
+    if fqfn is not None:
+        if name is not None:
+            raise click.UsageError("give --fqfn or --name, not both")
+        parts = fqfn.split("/")
+        if len(parts) != 3 or not all(parts):
+            raise click.BadParameter(
+                f"expected tenant/namespace/name, got {fqfn!r}", param_hint="--fqfn"
+            )
+        return parts[0], parts[1], parts[2]
+    if not name:
+        raise click.UsageError("give the function: --name (with --tenant, --namespace) or --fqfn")
+    return tenant, namespace, name
 
 
 def _print(state: dict[str, Any]) -> None:

@@ -207,3 +207,33 @@ def test_the_distributions_pulsar_admin_queries_serve(
     with pytest.raises(PulsarStateError) as missing:
         admin.run("functions", "querystate", *fn, "--key", "nope")
     assert "key 'nope' doesn't exist." in str(missing.value)
+
+
+def test_querystate_takes_pulsar_admins_other_spellings(
+    pulsar_endpoint: PulsarEndpoint, function_state: str
+) -> None:
+    """``--fqfn tenant/namespace/name``, and tenant/namespace defaulting to public/default."""
+    for args in (
+        ["--fqfn", f"public/default/{function_state}", "-k", "apples"],
+        ["--name", function_state, "--key", "apples"],
+    ):
+        done = subprocess.run(
+            [*QUERYSTATE, *args],
+            env=_env(pulsar_endpoint),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["numberValue"] == 5
+    bad = subprocess.run(
+        [*QUERYSTATE, "--fqfn", "only/two", "--key", "apples"],
+        env=_env(pulsar_endpoint),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert bad.returncode == 2 and "tenant/namespace/name" in bad.stderr
+    assert "Traceback" not in bad.stderr
