@@ -26,7 +26,13 @@ from enum import Enum
 from typing import Any, Generic, TypeVar
 
 from pulsar_state import futures
-from pulsar_state.errors import BadVersionError, NotFoundError, ResourceBusyError, StateClosedError
+from pulsar_state.errors import (
+    BadVersionError,
+    NotFoundError,
+    ResourceBusyError,
+    SessionLostError,
+    StateClosedError,
+)
 from pulsar_state.metadata_base import BaseMetadataStore
 from pulsar_state.metadata_cache import MetadataCache
 from pulsar_state.metadata_state import (
@@ -86,6 +92,9 @@ class ResourceLock(Generic[T]):
         self._mutex = threading.Lock()  # a check and a revalidation, one at a time
         self._suspended = False  # between SESSION_LOST and the revalidation
         self._revalidate = False  # the node went away while the session was unhealthy
+        # the store's session losses when the node was made: a loss heard later
+        # but counted before (a stale event) does not concern this node
+        self._losses = service.store.session_losses
 
     @property
     def held(self) -> bool:
@@ -334,6 +343,8 @@ class CoordinationService(Generic[T]):
                 with lock._mutex:
                     if lock._suspended or lock.lost.done():
                         continue
+                    if lock._losses >= self.store.session_losses:
+                        continue  # made after this loss (and its return)
                     lock._suspended = True
                 lock._emit(LockEvent.SESSION_LOST)
         elif event.healthy and not self._closed:
@@ -342,12 +353,17 @@ class CoordinationService(Generic[T]):
             for lock in locks:
                 lock._revalidate = True
             for lock in locks:
-                self._revalidator.submit(self._revalidate_lock, lock)
+                try:
+                    self._revalidator.submit(self._revalidate_lock, lock)
+                except RuntimeError:  # closed meanwhile
+                    return
 
     def _revalidate_lock(self, lock: ResourceLock[T]) -> None:
         """Keep, re-create or give up ``lock`` by the latest tree (LockManager's revalidation)."""
         with lock._mutex:
-            if lock.lost.done():
+            if lock.lost.done() or not lock._revalidate:
+                return
+            if not self.store.session_healthy:  # lost again: the next return revalidates
                 return
             try:
                 current = self.store.get(lock.path, latest=True).result(timeout=_READ_TIMEOUT_S)
@@ -356,6 +372,7 @@ class CoordinationService(Generic[T]):
                         lock.path, self.serde.serialize(lock.content), -1, ephemeral=True
                     ).result(timeout=_READ_TIMEOUT_S)
                     lock.version, lock.fencing_token = stat.version, stat.token
+                    lock._losses = self.store.session_losses
                     lock.owner = stat.owner if stat.owner is not None else self.store.session_id
                     log.info("re-asserted the lock %s (token %d)", lock.path, stat.token)
                     reasserted = True
@@ -363,6 +380,8 @@ class CoordinationService(Generic[T]):
                     reasserted = lock.owns(current)
             except BadVersionError:  # taken between the read and the put
                 reasserted = False
+            except SessionLostError:  # lost again meanwhile: the next return revalidates
+                return
             except Exception:
                 log.warning("could not revalidate the lock %s", lock.path, exc_info=True)
                 reasserted = False

@@ -25,6 +25,7 @@ __all__ = [
     "NotFoundError",
     "TopicNotFoundError",
     "ResourceBusyError",
+    "SessionLostError",
     "OperationTimeoutError",
     "StateClosedError",
     "StateTopicError",
@@ -208,3 +209,9 @@ class NotFoundError(PulsarStateError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "not found"
+
+
+class SessionLostError(PulsarStateError):
+    """An ephemeral node asked of a metadata store whose session is lost (as
+    ZooKeeper's session-expired): it would be deleted at once; wait for the
+    session to come back (``SESSION_REESTABLISHED``)."""

@@ -99,6 +99,7 @@ class MemoryMetadataStore(BaseMetadataStore):
         owner = self.session_id if ephemeral else None
 
         def run_sequential() -> Stat:
+            self._check_session_for(ephemeral)  # under the tree's lock, as the expiry
             ops = self._shared.tree.plan_sequential(
                 path,
                 bytes(value),
@@ -116,6 +117,7 @@ class MemoryMetadataStore(BaseMetadataStore):
             return self._run(run_sequential)
 
         def run() -> Stat:
+            self._check_session_for(ephemeral)
             op = self._shared.tree.plan_put(
                 path,
                 bytes(value),
@@ -170,7 +172,8 @@ class MemoryMetadataStore(BaseMetadataStore):
     def expire_session(self) -> None:
         """Lose this session, as a store cut off for longer than its timeout:
         ``SESSION_LOST`` first (this store's lock holders hear of it), then its
-        ephemeral nodes are deleted, as other stores would. The store stays
+        ephemeral nodes are deleted, as other stores would; it makes no new ones
+        (``SessionLostError``) until the session is back. The store stays
         usable; :meth:`reestablish_session` brings the session back."""
         self._session_event(SessionEvent.SESSION_LOST)
         self._drop_ephemeral()
@@ -180,7 +183,7 @@ class MemoryMetadataStore(BaseMetadataStore):
         self._session_event(SessionEvent.SESSION_REESTABLISHED)
 
     def _drop_ephemeral(self) -> None:
-        with self._shared.lock:
+        with self._shared.lock:  # atomic with a put's session check
             for path in self._shared.tree.ephemeral_of(self.session_id):
                 self._apply(self._shared.tree.plan_delete(path, None))
 

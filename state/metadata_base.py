@@ -20,6 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Self
 
+from pulsar_state.errors import SessionLostError
 from pulsar_state.metadata_state import (
     GetResult,
     Notification,
@@ -54,6 +55,7 @@ class BaseMetadataStore(ABC):
         self.listener_errors = 0
         # the last session event; None: connected since the start
         self.session_state: SessionEvent | None = None
+        self.session_losses = 0  # SESSION_LOST events so far (listeners hear them later)
         self._dispatcher = threading.Thread(
             target=self._dispatch, name=f"pss-meta-{session_id[:8]}", daemon=True
         )
@@ -156,6 +158,13 @@ class BaseMetadataStore(ABC):
         state = self.session_state
         return state is None or state.healthy
 
+    def _check_session_for(self, ephemeral: bool) -> None:
+        """An ephemeral node cannot be made while the session is lost."""
+        if ephemeral and self.session_state is SessionEvent.SESSION_LOST:
+            raise SessionLostError(
+                f"session {self.session_id} is lost: no ephemeral node until it is back"
+            )
+
     def _notify(self, notes: list[Notification]) -> None:
         for note in notes:
             self._events.put(note)
@@ -164,6 +173,8 @@ class BaseMetadataStore(ABC):
         """Record ``event`` now (``session_healthy`` changes at once) and tell
         the session listeners, after the notifications queued before it."""
         self.session_state = event
+        if event is SessionEvent.SESSION_LOST:
+            self.session_losses += 1
         log.info("metadata session %s: %s", self.session_id, event.value)
         self._events.put(event)
 

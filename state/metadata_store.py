@@ -40,7 +40,12 @@ from concurrent.futures import Future
 import pulsar
 
 from pulsar_state.config import DEFAULT_COMPACTION_THRESHOLD_BYTES, StateConfig
-from pulsar_state.errors import ConfigurationError, PulsarStateError, StateClosedError
+from pulsar_state.errors import (
+    ConfigurationError,
+    PulsarStateError,
+    SessionLostError,
+    StateClosedError,
+)
 from pulsar_state.manager import SharedStateManager
 from pulsar_state.metadata_base import BaseMetadataStore
 from pulsar_state.metadata_state import (
@@ -192,8 +197,17 @@ class MetadataStore(BaseMetadataStore):
     ) -> Future[Stat]:
         if sequential:
             self._check_sequential(path, value, expected_version)
+        else:
+            self._check_put(path, value, expected_version)
+        if ephemeral and self.session_state is SessionEvent.SESSION_LOST:
+            fut: Future[Stat] = Future()
+            try:
+                self._check_session_for(ephemeral)
+            except SessionLostError as exc:  # others would delete it at once
+                fut.set_exception(exc)
+            return fut
+        if sequential:
             return self._put_sequential(path, bytes(value), ephemeral)
-        self._check_put(path, value, expected_version)
         data = bytes(value)
         planned: list[Record] = []  # one per run of the generator
         owner = self.session_id if ephemeral else None

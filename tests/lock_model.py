@@ -7,6 +7,11 @@ notifications are through (a bounded wait) every lock that believes it holds is
 the node's owner with the node's token, and every node has such a holder.
 Fencing tokens of successive acquisitions strictly increase. A release by a
 holder that is no longer the owner leaves the node as it was.
+
+With ``lose``/``restore`` given, a session may also lose its session and get
+it back (a "bounce"): in between its locks are suspended (not ``held``), and
+after the revalidation each is either re-asserted (the node its own again,
+with a new token) or lost to whoever took it; the same invariants hold.
 """
 
 from __future__ import annotations
@@ -64,6 +69,9 @@ def check_lock_ownership(
     sessions: int = 3,
     settle_s: float = 10.0,
     weights: tuple[int, int, int, int] = (6, 4, 1, 2),
+    lose: Callable[[BaseMetadataStore], None] | None = None,
+    restore: Callable[[BaseMetadataStore], None] | None = None,
+    bounce_weight: int = 0,
 ) -> Counter[str]:
     """Run ``steps`` random steps; what happened, counted (for coverage checks)."""
     rng = random.Random(seed)
@@ -100,7 +108,8 @@ def check_lock_ownership(
 
     try:
         for step in range(steps):
-            kind = rng.choices(["acquire", "release", "expire", "delete"], weights)[0]
+            kinds = ["acquire", "release", "expire", "delete", "bounce"]
+            kind = rng.choices(kinds, [*weights, bounce_weight if lose and restore else 0])[0]
             path = rng.choice(paths)
             before = node_of(path)
             if kind == "acquire":
@@ -143,6 +152,34 @@ def check_lock_ownership(
                 retired.append(session)  # its stale locks may still be released
                 live.append(Session(new_store()))
                 counts["expire"] += 1
+            elif kind == "bounce":
+                assert lose is not None and restore is not None
+                session = rng.choice(live)
+                mine = [t for t in taken if t.session is session and t.lock.held]
+                lose(session.store)
+                check(step, "session lost")
+                assert not any(t.lock.held for t in mine), f"step {step}: held while lost"
+                if mine and rng.random() < 0.5:  # someone takes one meanwhile
+                    other = rng.choice([s for s in live if s is not session] or live)
+                    t = rng.choice(mine)
+                    with contextlib.suppress(ResourceBusyError):
+                        got = Taken(other.coord.acquire_lock(t.lock.path, "x").result(T), other)
+                        assert got.lock.fencing_token > last_token
+                        last_token = got.lock.fencing_token
+                        taken.append(got)
+                        counts["taken_while_lost"] += 1
+                restore(session.store)
+                for t in mine:
+                    wait_until(
+                        lambda t=t: t.lock.held or t.lock.lost.done(),  # type: ignore[misc]
+                        timeout_s=settle_s,
+                        message=f"step {step}: a lock of the bounced session revalidated",
+                    )
+                    counts["reasserted" if t.lock.held else "lost_to_another"] += 1
+                    if t.lock.held:
+                        assert t.lock.fencing_token > last_token, f"step {step}: token went back"
+                        last_token = t.lock.fencing_token
+                counts["bounce"] += 1
             else:
                 if before is None:
                     continue

@@ -74,6 +74,11 @@ class PulsarSessionFaults:
     def restore(self, store: BaseMetadataStore) -> None:
         assert isinstance(store, MetadataStore)
         store._subscribe_session()
+        wait_until(
+            lambda: store.session_healthy,
+            timeout_s=30,
+            message="the store saw its session back",
+        )
 
 
 @pytest.fixture
