@@ -1,9 +1,14 @@
 """``pulsar-state demo``: the main job ``make run`` runs on the embedded broker.
 
 Starts (or reuses) the standalone, shows it is ready, deploys the smoke Python
-function with the distribution's own ``pulsar-admin``, drives messages through
-it, then shows the state core: two managers and eight threads incrementing one
-counter without losing an increment, and an atomic multi-key write.
+function through the admin REST API, drives messages through it, then shows
+the state core: two managers and eight threads incrementing one counter
+without losing an increment, and an atomic multi-key write, then the packaged
+functions.
+
+``--service-url`` and ``--admin-url`` run the same steps on an existing cluster
+instead (nothing is started or stopped), with the ``--auth-*`` and ``--tls-*``
+options of every ``pulsar-state`` command for its broker and admin API.
 """
 
 from __future__ import annotations
@@ -18,12 +23,12 @@ from pathlib import Path
 import click
 import pulsar
 
-from pulsar_state.cli_options import client_logger
+from pulsar_state.cli_options import auth_options, client_logger, cluster_auth
+from pulsar_state.cluster_auth import ClusterAuth
 from pulsar_state.deploy.cli import default_data_dir
 from pulsar_state.deploy.demo_functions import functions_demo
-from pulsar_state.deploy.errors import PulsarAdminError
 from pulsar_state.deploy.function_ready import DeployedFunction
-from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
+from pulsar_state.deploy.rest_admin import PulsarAdminRest
 from pulsar_state.deploy.standalone import StandaloneBroker
 from pulsar_state.errors import PulsarStateError
 from pulsar_state.pulsar_map import PulsarMap
@@ -38,13 +43,21 @@ def _step(text: str) -> None:
     click.secho(f"==> {text}", bold=True)
 
 
-def _shared_state_demo(service_url: str, admin_url: str, suffix: str) -> None:
+def _shared_state_demo(
+    service_url: str, admin_url: str, suffix: str, auth: ClusterAuth | None = None
+) -> None:
     """Two managers, several threads, one counter: nothing lost, one log."""
     topic = full_topic_name(f"demo-state-{suffix}")
     _step(f"shared state: two PulsarMaps on {topic}, 4 threads each incrementing")
     # fencing is expected here: keep the native log quiet (errors only)
-    clients = [pulsar.Client(service_url, logger=client_logger()) for _ in range(2)]
-    maps = [PulsarMap[str, int](c, topic, admin_url=admin_url) for c in clients]
+    auth = auth or ClusterAuth()
+    clients = [
+        pulsar.Client(service_url, logger=client_logger(), **auth.client_kwargs()) for _ in range(2)
+    ]
+    maps = [
+        PulsarMap[str, int](c, topic, admin_url=admin_url, admin_headers=auth.admin_headers())
+        for c in clients
+    ]
     try:
         per_thread = 25
         t0 = time.monotonic()
@@ -102,6 +115,7 @@ def smoke_demo(
     *,
     logs_dir: Path | None = None,
     timeout_s: float = 120.0,
+    auth: ClusterAuth | None = None,
 ) -> list[str]:
     """The smoke function: deploy it, send ``messages`` through it, return its answers.
 
@@ -109,26 +123,33 @@ def smoke_demo(
     worker reports it running and its input shows its subscription: no message
     depends on how fast the instance starts.
     """
-    admin = PulsarAdminCli(admin_url=admin_url)
+    auth = auth or ClusterAuth()
+    admin = PulsarAdminRest(
+        admin_url=admin_url,
+        headers=auth.admin_headers(),
+        verify=auth.requests_verify(),
+        cert=auth.admin_client_cert(),
+    )
     answers: list[str] = []
     fqn = ("public", "default", f"smoke-{suffix}")
     source = full_topic_name(f"smoke-in-{suffix}")
     sink = full_topic_name(f"smoke-out-{suffix}")
-    _step(f"deploying the smoke function {'/'.join(fqn)} with pulsar-admin")
-    client = pulsar.Client(service_url, logger=client_logger())
-    with DeployedFunction(admin_url=admin_url, fqn=fqn, logs_dir=logs_dir) as function:
+    _step(f"deploying the smoke function {'/'.join(fqn)} through the admin REST API")
+    client = pulsar.Client(service_url, logger=client_logger(), **auth.client_kwargs())
+    with DeployedFunction(
+        admin_url=admin_url, fqn=fqn, logs_dir=logs_dir, headers=auth.admin_headers()
+    ) as function:
         try:
             consumer = client.subscribe(
                 sink, "demo", initial_position=pulsar.InitialPosition.Earliest
             )
-            admin.create_function(
-                fqn=fqn,
-                py=_smoke_source(),
-                classname="smoke.Exclaim",
-                inputs=[source],
-                output=sink,
-                extra=["--subs-position", "Earliest"],
-            )
+            config = {
+                "className": "smoke.Exclaim",
+                "inputs": [source],
+                "output": sink,
+                "subscriptionPosition": "Earliest",
+            }
+            admin.create_function(fqn=fqn, config=config, code=_smoke_source())
             function.wait_ready(inputs=[source], instances=1, timeout_s=timeout_s)
             click.echo("  running, and subscribed to its input")
             producer = client.create_producer(source)
@@ -151,15 +172,17 @@ def smoke_demo(
         finally:
             client.close()
             _delete_quietly(admin, fqn)
+            admin.close()
     return answers
 
 
-def _delete_quietly(admin: PulsarAdminCli, fqn: tuple[str, str, str]) -> None:
-    """Delete a demo function; one that is not there (a failed create) is no error."""
+def _delete_quietly(admin: PulsarAdminRest, fqn: tuple[str, str, str]) -> None:
+    """Delete a demo function and its stored code; one that is not there is no error."""
     try:
         admin.delete_function(fqn)
-    except PulsarAdminError as exc:
-        log.warning("could not delete %s: %s", "/".join(fqn), exc.output.strip()[-300:])
+        admin.delete_packages(fqn)
+    except PulsarStateError as exc:
+        log.warning("could not delete %s: %s", "/".join(fqn), str(exc)[-300:])
 
 
 @click.command()
@@ -171,8 +194,34 @@ def _delete_quietly(admin: PulsarAdminCli, fqn: tuple[str, str, str]) -> None:
 )
 @click.option("--messages", default=5, show_default=True, help="Messages to send through.")
 @click.option("--keep-broker", is_flag=True, help="Leave the broker running afterwards.")
-def demo(data_dir: Path, messages: int, keep_broker: bool) -> None:
+@click.option(
+    "--service-url",
+    default=None,
+    help="Run on this existing cluster's broker instead of the embedded one (with --admin-url).",
+)
+@click.option("--admin-url", default=None, help="The existing cluster's admin URL.")
+@auth_options
+def demo(
+    data_dir: Path,
+    messages: int,
+    keep_broker: bool,
+    service_url: str | None,
+    admin_url: str | None,
+    **auth_opts: object,
+) -> None:
     """Start the embedded broker, run a Python function and the shared state on it."""
+    auth = cluster_auth(auth_opts)
+    if (service_url is None) != (admin_url is None):
+        raise click.UsageError("give both --service-url and --admin-url, or neither")
+    suffix = uuid.uuid4().hex[:8]
+    if service_url is not None and admin_url is not None:
+        try:
+            _steps(service_url, admin_url, suffix, messages=messages, logs_dir=None, auth=auth)
+        except PulsarStateError as exc:
+            raise click.ClickException(str(exc)) from exc
+        except pulsar.PulsarException as exc:
+            raise click.ClickException(f"the Pulsar client failed: {exc!r}") from exc
+        return
     broker = StandaloneBroker(data_dir=data_dir)
     try:
         _step(f"starting the Pulsar standalone on {data_dir} (first run downloads ~240 MB)")
@@ -180,13 +229,15 @@ def demo(data_dir: Path, messages: int, keep_broker: bool) -> None:
         info = broker.start()
         click.echo(info.describe())
         click.echo(f"ready in {time.monotonic() - t0:.1f}s (pid {info.pid}, Pulsar {info.version})")
-
-        suffix = uuid.uuid4().hex[:8]
         logs_dir = data_dir / "logs"
-        smoke_demo(info.service_url, info.admin_url, suffix, messages, logs_dir=logs_dir)
-        _shared_state_demo(info.service_url, info.admin_url, suffix)
-        functions_demo(info.service_url, info.admin_url, suffix, logs_dir=logs_dir)
-        _step("done")
+        _steps(
+            info.service_url,
+            info.admin_url,
+            suffix,
+            messages=messages,
+            logs_dir=logs_dir,
+            auth=auth,
+        )
     except PulsarStateError as exc:  # says which step and, for a function, where its log is
         raise click.ClickException(f"{exc} [broker log: {broker.log_file}]") from exc
     except pulsar.PulsarException as exc:
@@ -197,3 +248,18 @@ def demo(data_dir: Path, messages: int, keep_broker: bool) -> None:
         if not keep_broker:
             broker.stop()
             click.echo("stopped the standalone (use --keep-broker to leave it running)")
+
+
+def _steps(
+    service_url: str,
+    admin_url: str,
+    suffix: str,
+    *,
+    messages: int,
+    logs_dir: Path | None,
+    auth: ClusterAuth,
+) -> None:
+    smoke_demo(service_url, admin_url, suffix, messages, logs_dir=logs_dir, auth=auth)
+    _shared_state_demo(service_url, admin_url, suffix, auth)
+    functions_demo(service_url, admin_url, suffix, logs_dir=logs_dir, auth=auth)
+    _step("done")

@@ -1,7 +1,7 @@
 """The functions part of ``pulsar-state demo``: packaged functions on the shared state.
 
 Deploys the word-count stateful function, the function metadata manager and
-the SQL sink from their config files with ``pulsar-admin``, drives a workload
+the SQL sink from their config files through the admin REST API, drives a workload
 through them, runs three scheduler members that assign the registered
 functions' instances, and prints counters, records, table rows and assignments.
 """
@@ -19,13 +19,15 @@ import pulsar
 import yaml
 
 from pulsar_state.cli_options import client_logger
+from pulsar_state.cluster_auth import ClusterAuth
 from pulsar_state.connectors.sink import open_backend
 from pulsar_state.connectors.sql_backend import SinkDatabaseError
-from pulsar_state.deploy.errors import PulsarAdminError
 from pulsar_state.deploy.function_package import build_function_package
 from pulsar_state.deploy.function_ready import DeployedFunction
 from pulsar_state.deploy.functions_deploy import FUNCTIONS, _config_dir, _entry
-from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
+from pulsar_state.deploy.rest_admin import PulsarAdminRest
+from pulsar_state.errors import PulsarStateError
+from pulsar_state.function_secrets import ADMIN_TOKEN_SECRET
 from pulsar_state.functions.scheduler_member import SchedulerMember
 from pulsar_state.pulsar_map import PulsarMap
 from pulsar_state.topic_names import full_topic_name
@@ -41,7 +43,12 @@ LINES = [
 
 
 def _deploy(
-    admin: PulsarAdminCli, config_file: str, suffix: str, logs_dir: Path | None, **extra: Any
+    admin: PulsarAdminRest,
+    auth: ClusterAuth,
+    config_file: str,
+    suffix: str,
+    logs_dir: Path | None,
+    **extra: Any,
 ) -> DeployedFunction:
     """Create the function of ``config_file`` with per-run topics; wait until it runs.
 
@@ -55,15 +62,17 @@ def _deploy(
     if "output" in config:
         config["output"] = f"{config['output']}-{suffix}"
     config["userConfig"] = {**config.get("userConfig", {}), **extra}
+    if auth.token():  # the functions' own admin calls authenticate with it
+        config["secrets"] = {**config.get("secrets", {}), ADMIN_TOKEN_SECRET: auth.token()}
     fqn = (config["tenant"], config["namespace"], config["name"])
     with tempfile.TemporaryDirectory() as tmp:
-        rendered = Path(tmp) / config_file
-        rendered.write_text(yaml.safe_dump(config))
         package = build_function_package(  # what `pulsar-state deploy` sends too
             name=config["name"], entry=_entry(entry), out_dir=Path(tmp), extras=extras
         )
-        admin.create_function(fqn=fqn, config_file=rendered, py=package)
-    function = DeployedFunction(admin_url=admin.admin_url, fqn=fqn, logs_dir=logs_dir)
+        admin.create_function(fqn=fqn, config=config, code=package)
+    function = DeployedFunction(
+        admin_url=admin.admin_url, fqn=fqn, logs_dir=logs_dir, headers=auth.admin_headers()
+    )
     function.wait_ready(inputs=config["inputs"], instances=int(config["parallelism"]))
     return function
 
@@ -124,7 +133,12 @@ def _show_assignments(
 
 
 def functions_demo(
-    service_url: str, admin_url: str, suffix: str, *, logs_dir: Path | None = None
+    service_url: str,
+    admin_url: str,
+    suffix: str,
+    *,
+    logs_dir: Path | None = None,
+    auth: ClusterAuth | None = None,
 ) -> None:
     """Deploy the packaged functions with per-run topics, drive them, show their effects.
 
@@ -137,18 +151,31 @@ def functions_demo(
         "==> packaged functions on the shared state (deployed from deploy/functions/*.yaml)",
         bold=True,
     )
-    admin = PulsarAdminCli(admin_url=admin_url)
-    client = pulsar.Client(service_url, logger=client_logger())
+    auth = auth or ClusterAuth()
+    admin = PulsarAdminRest(
+        admin_url=admin_url,
+        headers=auth.admin_headers(),
+        verify=auth.requests_verify(),
+        cert=auth.admin_client_cert(),
+    )
+    client = pulsar.Client(service_url, logger=client_logger(), **auth.client_kwargs())
     state_topic = full_topic_name(f"wordcount-state-{suffix}")
     records_topic = full_topic_name(f"function-metadata-{suffix}")
     deployed: list[DeployedFunction] = []
     try:
         wc = _deploy(
-            admin, "wordcount.yaml", suffix, logs_dir, stateTopic=state_topic, adminUrl=admin_url
+            admin,
+            auth,
+            "wordcount.yaml",
+            suffix,
+            logs_dir,
+            stateTopic=state_topic,
+            adminUrl=admin_url,
         )
         deployed.append(wc)
         fmm = _deploy(
             admin,
+            auth,
             "metadata-manager.yaml",
             suffix,
             logs_dir,
@@ -159,6 +186,7 @@ def functions_demo(
         database = Path(tempfile.gettempdir()) / f"pulsar-state-demo-{suffix}.db"
         sink = _deploy(
             admin,
+            auth,
             "sql-sink.yaml",
             suffix,
             logs_dir,
@@ -174,7 +202,9 @@ def functions_demo(
             for line in bar:
                 producer.send(line.encode())
         expected = Counter(w for line in LINES for w in line.split())
-        with PulsarMap[str, Any](client, state_topic, admin_url=admin_url) as counts:
+        with PulsarMap[str, Any](
+            client, state_topic, admin_url=admin_url, admin_headers=auth.admin_headers()
+        ) as counts:
             wc.wait_for(
                 lambda: counts.get("counter/the", latest=True).result(60) == expected["the"],
                 what=f"the count of 'the' to reach {expected['the']}",
@@ -224,6 +254,7 @@ def functions_demo(
         assign_topic = full_topic_name(f"function-assignments-{suffix}")
         scheduler = _deploy(
             admin,
+            auth,
             "scheduler.yaml",
             suffix,
             logs_dir,
@@ -261,7 +292,9 @@ def functions_demo(
         for function in deployed:
             try:
                 admin.delete_function(function.fqn)
-            except PulsarAdminError as exc:
+                admin.delete_packages(function.fqn)
+            except PulsarStateError as exc:
                 click.echo(f"  could not delete {function.name}: {exc}", err=True)
             function.close()
         client.close()
+        admin.close()
