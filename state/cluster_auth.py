@@ -155,7 +155,8 @@ class ClusterAuth:
             return pulsar.AuthenticationToken(self.token())
         params = self.auth_params or ""
         if kind == "basic":
-            return pulsar.AuthenticationBasic(auth_params_string=params)
+            user, password = self._basic()
+            return pulsar.AuthenticationBasic(user, password)
         if kind == "tls":
             pairs = _key_values(params)
             try:
@@ -181,11 +182,7 @@ class ClusterAuth:
         if kind == "token":
             return {"Authorization": f"Bearer {self.token()}"}
         if kind == "basic":
-            pairs = _key_values(self.auth_params or "")
-            try:
-                user, password = pairs["userId"], pairs["password"]
-            except KeyError as exc:
-                raise ConfigurationError(f"basic auth params need {exc.args[0]}") from None
+            user, password = self._basic()
             encoded = base64.b64encode(f"{user}:{password}".encode()).decode()
             return {"Authorization": f"Basic {encoded}"}
         if kind == "oauth2":
@@ -194,6 +191,15 @@ class ClusterAuth:
                 "pass a token (--auth-token) for them"
             )
         return None
+
+    def _basic(self) -> tuple[str, str]:
+        """User and password of basic params: Java's ``userId`` or the Python client's
+        ``username``."""
+        pairs = _key_values(self.auth_params or "")
+        user = pairs.get("userId") or pairs.get("username")
+        if not user or "password" not in pairs:
+            raise ConfigurationError('basic auth params need "userId" and "password"')
+        return user, pairs["password"]
 
     def admin_client_cert(self) -> tuple[str, str] | None:
         """The client certificate and key for the admin API, for TLS authentication."""
