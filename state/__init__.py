@@ -7,7 +7,7 @@ from pulsar_state.aio import (
     AsyncSharedStateManager,
 )
 from pulsar_state.config import StateConfig
-from pulsar_state.coordination import CoordinationService, ResourceLock
+from pulsar_state.coordination import CoordinationService, LockEvent, ResourceLock
 from pulsar_state.errors import (
     AdminUnreachableError,
     BadVersionError,
@@ -21,6 +21,7 @@ from pulsar_state.errors import (
     PermissionDeniedError,
     PulsarStateError,
     ResourceBusyError,
+    SessionLostError,
     StateClosedError,
     StateTopicError,
     TooManyOpsError,
@@ -32,7 +33,13 @@ from pulsar_state.manager import SharedStateManager, SharedStateManagerBuilder
 from pulsar_state.memory_store import MemoryMetadataStore
 from pulsar_state.metadata_base import BaseMetadataStore
 from pulsar_state.metadata_cache import MetadataCache
-from pulsar_state.metadata_state import GetResult, Notification, NotificationType, Stat
+from pulsar_state.metadata_state import (
+    GetResult,
+    Notification,
+    NotificationType,
+    SessionEvent,
+    Stat,
+)
 from pulsar_state.metadata_store import MetadataStore
 from pulsar_state.op_codec import OpCodec, SerializerCodec
 from pulsar_state.position import Position
@@ -58,6 +65,8 @@ __all__ = [
     "MetadataCache",
     "CoordinationService",
     "ResourceLock",
+    "LockEvent",
+    "SessionEvent",
     "GetResult",
     "Stat",
     "Notification",
@@ -93,4 +102,5 @@ __all__ = [
     "BadVersionError",
     "NotFoundError",
     "ResourceBusyError",
+    "SessionLostError",
 ]

@@ -44,6 +44,7 @@ class SessionFaults(Protocol):
     def restore(self, store: BaseMetadataStore) -> None:
         """Bring the session back (the store then hears it)."""
 
+
 T = 30  # seconds per blocking call
 
 
@@ -463,9 +464,7 @@ def test_cache_children_and_exists(stores: StoreFactory, base: str) -> None:
         assert reads["exists"] == 1
         other.put(f"{root}/c/two", b"{}").result(T)  # behind the cache's back
         wait_until(lambda: cache.exists(f"{root}/c/two").result(T), timeout_s=T)
-        wait_until(
-            lambda: cache.get_children(f"{root}/c").result(T) == ["one", "two"], timeout_s=T
-        )
+        wait_until(lambda: cache.get_children(f"{root}/c").result(T) == ["one", "two"], timeout_s=T)
         assert cache.get_children(root).result(T) == ["c"]
         other.put(f"{root}/deep/er/node", b"{}").result(T)  # adds "deep" to root's children
         wait_until(lambda: cache.get_children(root).result(T) == ["c", "deep"], timeout_s=T)
