@@ -172,9 +172,10 @@ class CoordinationService(Generic[T]):
     def acquire_lock(self, path: str, content: T) -> Future[ResourceLock[T]]:
         """Take the lock at ``path`` now, or fail with :class:`ResourceBusyError`.
 
-        A node left by this very session (a lock suspended by a session loss,
-        or one whose object was dropped) is taken over, as Pulsar's
-        LockManager does, unless a lock object of ours still holds it."""
+        The node of this service's own lock suspended by a session loss (not
+        yet revalidated) is taken over with a new token, as Pulsar's
+        LockManager re-takes a lock of its own session; the old lock object is
+        then done (``lost``)."""
         validate_path(path)
         data = self.serde.serialize(content)
         result: Future[ResourceLock[T]] = Future()
@@ -217,7 +218,9 @@ class CoordinationService(Generic[T]):
             with self._lock:
                 mine = self._held.get(path)
             node = self.store.get(path, latest=True).result(timeout=_READ_TIMEOUT_S)
-            if (mine is not None and mine.held) or node is None:
+            # only the node of our own suspended lock (its session lost, not
+            # yet revalidated); never one another service or a put made
+            if mine is None or mine.held or mine.lost.done() or node is None:
                 raise ResourceBusyError(path)
             if node.stat.owner != self.store.session_id:
                 raise ResourceBusyError(path)

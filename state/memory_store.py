@@ -75,11 +75,11 @@ class MemoryMetadataStore(BaseMetadataStore):
         validate_path(path)  # one tree: always the latest
         return self._run(lambda: self._shared.tree.get(path))
 
-    def get_children(self, path: str) -> Future[list[str]]:
+    def get_children(self, path: str, latest: bool = False) -> Future[list[str]]:
         validate_path(path)
         return self._run(lambda: self._shared.tree.children(path))
 
-    def exists(self, path: str) -> Future[bool]:
+    def exists(self, path: str, latest: bool = False) -> Future[bool]:
         validate_path(path)
         return self._run(lambda: path in self._shared.tree.nodes)
 

@@ -18,7 +18,13 @@ from harness import PulsarEndpoint, unique_name, unique_topic, wait_until
 from metadata_conformance import *  # noqa: F403  (the shared tests)
 from state_workers import counter_worker
 
-from pulsar_state import BaseMetadataStore, CoordinationService, MetadataStore
+from pulsar_state import (
+    BaseMetadataStore,
+    CoordinationService,
+    LockEvent,
+    MetadataStore,
+    SessionLostError,
+)
 from pulsar_state.metadata_state import SessionEvent
 
 SESSION = {"session_timeout_s": 2.0, "session_check_interval_s": 0.5}
@@ -156,3 +162,31 @@ def test_listeners_resume_after_a_broker_restart(
     wait_until(lambda: f"{base}/after" in seen, timeout_s=120, message="notified after restart")
     got = watcher.get(f"{base}/after", latest=True).result(60)  # type: ignore[call-arg]
     assert got is not None and got.value == b"2"
+
+
+def test_a_lock_whose_node_survived_the_session_loss_is_kept(
+    stores: Callable[[], BaseMetadataStore], base: str
+) -> None:
+    """Nobody expired the session (no other store checks it): when it is back the
+    revalidation finds its own node and keeps the lock, same token; meanwhile
+    the lock is suspended and no ephemeral node can be made."""
+    store = stores()
+    assert isinstance(store, MetadataStore)
+    coord = CoordinationService[str](store)
+    lock = coord.acquire_lock(f"{base}/lone", "me").result(30)
+    token = lock.fencing_token
+    events: list[LockEvent] = []
+    lock.add_listener(events.append)
+    faults = PulsarSessionFaults()
+    faults.lose(store)
+    wait_until(lambda: events == [LockEvent.SESSION_LOST], timeout_s=30, message=f"{events}")
+    assert lock.suspended and not lock.held
+    with pytest.raises(SessionLostError):
+        store.put(f"{base}/eph", b"", ephemeral=True).result(30)
+    node = store.get(f"{base}/lone", latest=True).result(30)
+    assert node is not None and lock.owns(node), "no other store: nobody expired the node"
+    faults.restore(store)
+    wait_until(lambda: lock.held, timeout_s=30, message="the lock revalidated")
+    assert events == [LockEvent.SESSION_LOST, LockEvent.REASSERTED]
+    assert lock.fencing_token == token and lock.owns(store.get(f"{base}/lone").result(30))
+    coord.close()
