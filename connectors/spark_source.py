@@ -25,8 +25,11 @@ Modes (option ``mode``):
 
 Other options: ``valueFormat`` (``json``: the value as JSON text, validated;
 ``string``; ``binary``), ``includeMetadata`` (adds ``position`` and
-``publish_time`` to snapshots), ``authToken`` (JWT), ``numPartitions`` (split
-keys by hash across tasks; each task reads the topic), ``timeoutMs``.
+``publish_time`` to snapshots), ``authToken`` (JWT), ``numPartitions`` (a
+snapshot: split keys by hash across tasks, each task reads the topic; a
+changelog: that many disjoint ranges of whole entries read in parallel, by
+default one per driver core; see :func:`_replay_range` for why the rows equal
+a one-range read's), ``timeoutMs``.
 With ``pushdown=true``, filters ``key = x`` and ``key IN (...)`` are pushed down
 (needs ``spark.sql.python.filterPushdown.enabled=true``, Spark >= 4.1, which
 otherwise refuses such a reader): rows of other keys are never built.
