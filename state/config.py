@@ -68,6 +68,12 @@ class StateConfig:
             ``None``: unbounded (Pulsar 4.0.8 can deadlock under hundreds of
             takeovers a second; see ``docs/findings/``).
         takeover_burst: takeovers allowed back to back before the rate applies.
+        commit_on_ack: complete a write at the broker's acknowledgement, the
+            writer applying it to the local state itself (in log order, once),
+            instead of when the tail brings it back. Safe under PIP-68: only
+            the producer holding the topic's current epoch can append, and it
+            caught up when it gained the topic. ``False``: the tail completes
+            every write (one more dispatch round trip per write).
     """
 
     access_mode: AccessMode = "adaptive"
@@ -85,6 +91,7 @@ class StateConfig:
     subscription_prefix: str = "pss-tail-"
     max_takeovers_per_s: float | None = 5.0
     takeover_burst: int = 2
+    commit_on_ack: bool = True
 
     def __post_init__(self) -> None:
         if self.access_mode not in _ACCESS_MODES:

@@ -13,6 +13,7 @@ __all__ = [
     "APPLIED_WRITES",
     "BOOTSTRAP_SECONDS",
     "FENCES",
+    "COMMITTED_ON_ACK",
     "TAKEOVERS",
     "INVALID_MESSAGES",
     "LAG_MESSAGES",
@@ -38,6 +39,11 @@ BOOTSTRAP_SECONDS = Gauge(
 )
 FENCES = Counter(
     "pulsar_state_fences", "Times this process's writer lost the topic to another", ["topic"]
+)
+COMMITTED_ON_ACK = Counter(
+    "pulsar_state_committed_on_ack",
+    "Writes completed at the broker's acknowledgement, applied by the writer itself",
+    ["topic"],
 )
 TAKEOVERS = Counter(
     "pulsar_state_takeovers",

@@ -6,13 +6,19 @@ epoch than the newest seen), duplicates, compacted-out batch slots, foreign and
 undecodable messages, and applies the rest to a state through the applier. The
 tailer (live state) and the Spark source (snapshots and changelogs) both use
 it, so there is exactly one reading of the format.
+
+Commit on acknowledgement: the live replay also takes the writer's own entries
+straight from the writer, at the broker's ack (:meth:`LogReplay.apply_own`),
+when its state stands exactly at the writer's previous entry (under PIP-68 no
+other writer can append in between). Those entries are remembered and skipped
+when the topic brings them back, so each write is applied once, in log order.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, Literal, TypeVar
 
@@ -112,6 +118,13 @@ class LogReplay(Generic[S, Op]):
         self._buf_epoch = 0
         self._buf_keys: list[str] = []
         self._buf_last_msg: pulsar.Message | None = None
+        #: entries (ledger, entry) applied at their ack (apply_own), oldest first:
+        #: skipped when the topic brings them back, forgotten once passed
+        self._own_entries: set[tuple[int, int]] = set()
+        self._own_order: deque[tuple[int, int]] = deque()
+        #: listener deliveries in log order, whichever thread applied the write
+        self._deliveries: deque[AppliedWrite[Op]] = deque()
+        self._delivering = threading.Lock()
         self._m_applied_writes = metrics.APPLIED_WRITES.labels(topic)
         self._m_applied_ops = metrics.APPLIED_OPS.labels(topic)
 
@@ -141,6 +154,8 @@ class LogReplay(Generic[S, Op]):
         if self._start is not None and not pos > self._start:
             return pos  # already in the snapshot
         entry = (pos.ledger, pos.entry)
+        if self._own_order and self._passed_own(entry, pos):
+            return pos
         if self._buf_entry is not None and entry != self._buf_entry:
             self._flush_buffer()
         props = msg.properties()
@@ -249,6 +264,8 @@ class LogReplay(Generic[S, Op]):
             return
         stale = True
         with self._cond:
+            if (pos.ledger, pos.entry) in self._own_entries:
+                return  # applied at its ack while its messages were on the way
             if epoch < self.epoch:
                 # written by a writer that had already lost the topic: no reader
                 # applies it; its writer sees that and re-runs it
@@ -267,6 +284,8 @@ class LogReplay(Generic[S, Op]):
             self._report(members, pos, applied=False)
             return
         with self._cond:
+            if (pos.ledger, pos.entry) in self._own_entries:
+                return  # applied at its ack meanwhile
             if members and all(m in self._recent for m in members):
                 # the same write landed twice (a retried publish): apply it once
                 metrics.INVALID_MESSAGES.labels(self.topic, "duplicate").inc()
@@ -277,35 +296,124 @@ class LogReplay(Generic[S, Op]):
                 self._invalid("undecodable", pos, f"{bad}; the whole write is skipped")
                 self._touched_by_invalid(keys, pos)
             else:
-                self.epoch = max(self.epoch, epoch)
-                try:
-                    for op in ops:
-                        self._applier(self.state, op)
-                        applied_ops.append(op)
-                except Exception as exc:
-                    log.exception("applying write %s at %s failed", write_id, pos)
-                    self._invalid(
-                        "apply_failed",
-                        pos,
-                        f"the applier raised {type(exc).__name__}: {exc} after "
-                        f"{len(applied_ops)} of {len(ops)} ops",
-                    )
-                self.applied_writes += 1
-                self._m_applied_writes.inc()
-                self._m_applied_ops.inc(len(applied_ops))
-            for member in members:
-                self._recent[member] = (pos.ledger, pos.entry, pos.batch)
-                if len(self._recent) > _RECENT_WRITES:
-                    self._recent.popitem(last=False)
-            self._advance_locked(pos)
+                applied_ops = self._apply_locked(ops, pos, write_id, epoch)
+            self._record_locked(members, pos)
+            if applied_ops and self._listeners:
+                change = AppliedWrite(applied_ops, pos, write_id, compacted, publish_ms)
+                self._deliveries.append(change)
         self._report(members, pos, applied=True)
-        if applied_ops and self._listeners:
-            change = AppliedWrite(applied_ops, pos, write_id, compacted, publish_ms)
-            for listener in list(self._listeners):
+        self._deliver()
+
+    def _apply_locked(
+        self, ops: Sequence[Op], pos: Position, write_id: str | None, epoch: int
+    ) -> list[Op]:
+        """Apply one write's ops (under the lock); the ops that applied."""
+        applied_ops: list[Op] = []
+        self.epoch = max(self.epoch, epoch)
+        try:
+            for op in ops:
+                self._applier(self.state, op)
+                applied_ops.append(op)
+        except Exception as exc:
+            log.exception("applying write %s at %s failed", write_id, pos)
+            self._invalid(
+                "apply_failed",
+                pos,
+                f"the applier raised {type(exc).__name__}: {exc} after "
+                f"{len(applied_ops)} of {len(ops)} ops",
+            )
+        self.applied_writes += 1
+        self._m_applied_writes.inc()
+        self._m_applied_ops.inc(len(applied_ops))
+        return applied_ops
+
+    def _record_locked(self, members: tuple[str, ...], pos: Position) -> None:
+        for member in members:
+            self._recent[member] = (pos.ledger, pos.entry, pos.batch)
+            if len(self._recent) > _RECENT_WRITES:
+                self._recent.popitem(last=False)
+        self._advance_locked(pos)
+
+    def _deliver(self) -> None:
+        """Hand applied writes to the listeners, one at a time, in log order."""
+        while self._deliveries:
+            with self._delivering:
                 try:
-                    listener(change)
-                except Exception:
-                    log.exception("state listener %r failed", listener)
+                    change = self._deliveries.popleft()
+                except IndexError:
+                    return
+                for listener in list(self._listeners):
+                    try:
+                        listener(change)
+                    except Exception:
+                        log.exception("state listener %r failed", listener)
+
+    # -- commit on acknowledgement ---------------------------------------------
+
+    def apply_own(
+        self,
+        ops: Sequence[tuple[str | None, bytes]],
+        pos: Position,
+        *,
+        after: Position,
+        write_id: str,
+        members: tuple[str, ...],
+        epoch: int,
+    ) -> bool:
+        """Apply the writer's own entry, acknowledged at ``pos``, before it comes by.
+
+        Only when ``pos`` is the entry right after ``after`` (the writer's
+        previous entry or its epoch marker, same ledger) and the state stands
+        exactly at ``after``: then nothing else lies in between, whatever the
+        broker did. ``False`` (nothing done; the replay applies or skips the
+        entry when it arrives, as for any write) when another entry may lie in
+        between, the state is elsewhere, the write was applied already (a
+        retried publish), its epoch is stale, or an op does not decode.
+        """
+        entry = (pos.ledger, pos.entry)
+        if (after.ledger, after.entry + 1) != entry:
+            # another entry lies in between (another writer's epoch marker: in
+            # fencing mode Pulsar 4.0.8 was seen acknowledging a fenced
+            # producer's send after its successor's marker), or the ledger
+            # rolled over: only the replay can tell
+            return False
+        try:
+            decoded = [self._codec.decode(key or "", payload) for key, payload in ops]
+        except Exception:  # the replay counts it when the entry arrives
+            return False
+        with self._cond:
+            applied = self.applied
+            if (
+                not applied.covers(after)
+                or (applied.ledger, applied.entry) >= entry
+                or epoch < self.epoch
+                or (members and all(m in self._recent for m in members))
+            ):
+                return False
+            self._own_entries.add(entry)
+            self._own_order.append(entry)
+            applied_ops = self._apply_locked(decoded, pos, write_id, epoch)
+            self._record_locked(members, pos)
+            if applied_ops and self._listeners:
+                self._deliveries.append(AppliedWrite(applied_ops, pos, write_id, False))
+        self._deliver()
+        return True
+
+    def _passed_own(self, entry: tuple[int, int], pos: Position) -> bool:
+        """Whether ``pos`` is in an entry applied at its ack (then it is skipped);
+        forgets the own entries the replay has gone past."""
+        with self._cond:
+            order = self._own_order
+            while order and order[0] < entry:
+                self._own_entries.discard(order.popleft())
+            if entry not in self._own_entries:
+                return False
+            if self._buf_entry == entry:  # its first messages came before the ack
+                self._buf_ops, self._buf_entry, self._buf_write = [], None, None
+                self._buf_last, self._buf_bad, self._buf_epoch, self._buf_keys = None, None, 0, []
+                self._buf_last_msg = None
+            self.received += 1
+            return True
 
     def _report(self, members: tuple[str, ...], pos: Position, *, applied: bool) -> None:
         """Tell the writer what became of its writes (applied, or stale: re-run)."""

@@ -55,7 +55,13 @@ from pulsar_state.op_codec import OpCodec
 from pulsar_state.position import Position
 from pulsar_state.snapshot import Snapshotter
 from pulsar_state.tailer import Tailer
-from pulsar_state.topic_format import commit_message, op_messages, write_message
+from pulsar_state.topic_format import (
+    PROP_WRITE,
+    OutgoingMessage,
+    commit_message,
+    op_messages,
+    write_message,
+)
 from pulsar_state.topic_holder import TopicHolder
 from pulsar_state.write_request import WriteRequest
 
@@ -129,6 +135,7 @@ class Writer(Generic[S, Op]):
         self._labels = (topic,)
         self._m_writes = metrics.WRITES.labels(topic)
         self._m_write_seconds = metrics.WRITE_SECONDS.labels(topic)
+        self._m_committed_on_ack = metrics.COMMITTED_ON_ACK.labels(topic)
         self._thread = threading.Thread(
             target=self._run, name=f"pss-writer-{topic.rsplit('/', 1)[-1]}", daemon=True
         )
@@ -375,11 +382,44 @@ class Writer(Generic[S, Op]):
             # whatever is not applied by then is re-run (_requeue_unresolved)
             self._holder.lost(exc)
             return
-        self._last_sent = last
+        previous, self._last_sent = self._last_sent, last
+        if self._config.commit_on_ack and previous is not None:
+            self._commit_on_ack(members, messages, landed=last, previous=previous, epoch=epoch)
         self._holder.losses = 0
         self._m_writes.inc(len(members))
         self._repair()
         self._maybe_snapshot()
+
+    def _commit_on_ack(
+        self,
+        members: list[WriteRequest[S, Op]],
+        messages: list[OutgoingMessage],
+        *,
+        landed: Position,
+        previous: Position,
+        epoch: int,
+    ) -> None:
+        """The broker acknowledged our entry at ``landed``: under PIP-68 only the
+        producer holding the topic's current epoch can append, and we caught up
+        when we gained it, so the entry follows ``previous`` (our last entry or
+        epoch marker) with nothing in between. Apply it now and complete its
+        writes, instead of waiting for the tail to bring it back; if the state
+        is not at ``previous`` (an earlier entry of ours was left to the tail),
+        the tail completes them as before."""
+        last = messages[-1]
+        # the ops as every reader decodes them: by their message keys
+        op_msgs = messages if len(messages) == 1 else messages[:-1]
+        ops = [(m.key, m.payload) for m in op_msgs]
+        write_id = last.properties.get(PROP_WRITE, "")
+        ids = tuple(r.write_id for r in members)
+        if not self._tailer.apply_own(
+            ops, landed, after=previous, write_id=write_id, members=ids, epoch=epoch
+        ):
+            return
+        self._m_committed_on_ack.inc(len(members))
+        for request in members:
+            self._pending.pop(request.write_id, None)
+            self._complete(request, landed)
 
     def _on_outcome(self, write_ids: tuple[str, ...], position: Position, applied: bool) -> None:
         """Tailer thread: our writes were applied (done) or skipped as stale (re-run)."""

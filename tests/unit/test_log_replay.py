@@ -6,6 +6,7 @@ from typing import Any
 
 import pulsar
 import pytest
+from prometheus_client import REGISTRY
 
 from pulsar_state import JsonSerde, StrKeySerde
 from pulsar_state.position import Position
@@ -132,3 +133,149 @@ def test_an_epoch_from_a_compacted_away_marker_still_counts() -> None:
     replay.feed(_Message(write_message("w4", "b", b"4", epoch_of(1, 9)), 1, 10))
     assert replay.state == {"a": 2, "b": 4} and replay.stale_writes == 1
     assert replay.invalid_count == 0 and (("w3",), False) in outcomes
+
+
+# -- commit on acknowledgement: the writer applies its own entry at the ack ----
+
+
+def _own(messages: list[OutgoingMessage]) -> list[tuple[str | None, bytes]]:
+    return [(m.key, m.payload) for m in messages]
+
+
+def _duplicates() -> float:
+    sample = REGISTRY.get_sample_value(
+        "pulsar_state_invalid_messages_total", {"topic": "t", "reason": "duplicate"}
+    )
+    return sample or 0.0
+
+
+def test_an_entry_applied_at_its_ack_is_not_applied_again_when_it_comes_by() -> None:
+    duplicates = _duplicates()
+    replay, outcomes = _replay()
+    changes: list[tuple[Position, int]] = []
+    replay.add_listener(lambda change: changes.append((change.position, len(change.ops))))
+    replay.feed(_Message(epoch_message("wr", 1, keep=False), 1, 0))
+    epoch = epoch_of(1, 0)
+    marker = Position(1, 0, -1)
+    ops = [op_message("g1", 0, "a", b"1", epoch), op_message("g1", 1, "b", b"2", epoch)]
+    commit = commit_message("g1", 2, epoch, keep=False, members=["w1"])
+    at = Position(1, 1, 2)
+    assert replay.apply_own(
+        _own(ops), at, after=marker, write_id="g1", members=("w1",), epoch=epoch
+    )
+    assert replay.state == {"a": 1, "b": 2} and replay.applied == at
+    # the topic brings the same entry back: skipped, not applied twice
+    replay.feed(_Message(ops[0], 1, 1, 0))
+    replay.feed(_Message(ops[1], 1, 1, 1))
+    replay.feed(_Message(commit, 1, 1, 2))
+    replay.feed(_Message(write_message("w2", "a", b"3", epoch), 1, 2))
+    assert replay.state == {"a": 3, "b": 2}
+    assert replay.applied_writes == 2
+    assert outcomes == [(("w2",), True)]  # w1 was completed by its writer
+    assert changes == [(at, 2), (Position(1, 2, -1), 1)]
+    # recognised as its own entry, not taken for a retried publish
+    assert _duplicates() == duplicates
+
+
+def test_an_entry_whose_first_messages_arrived_before_its_ack_applies_once() -> None:
+    replay, _ = _replay()
+    replay.feed(_Message(epoch_message("wr", 1, keep=False), 1, 0))
+    epoch = epoch_of(1, 0)
+    ops = [op_message("g1", 0, "n", b"1", epoch), op_message("g1", 1, "m", b"1", epoch)]
+    replay.feed(_Message(ops[0], 1, 1, 0))  # buffered: its commit is still on the way
+    assert replay.apply_own(
+        _own(ops),
+        Position(1, 1, 2),
+        after=Position(1, 0, -1),
+        write_id="g1",
+        members=("w1",),
+        epoch=epoch,
+    )
+    replay.feed(_Message(ops[1], 1, 1, 1))
+    replay.feed(_Message(commit_message("g1", 2, epoch, keep=False, members=["w1"]), 1, 1, 2))
+    replay.flush()
+    assert replay.state == {"n": 1, "m": 1} and replay.applied_writes == 1
+
+
+def test_an_entry_is_not_applied_at_its_ack_out_of_order_or_twice() -> None:
+    replay, outcomes = _replay()
+    replay.feed(_Message(epoch_message("wr", 1, keep=False), 1, 0))
+    epoch = epoch_of(1, 0)
+    first = write_message("w1", "k", b"1", epoch)
+    second = write_message("w2", "k", b"2", epoch)
+    # the state is not at the writer's previous entry (1:1): refused, left to the replay
+    assert not replay.apply_own(
+        _own([second]),
+        Position(1, 2, -1),
+        after=Position(1, 1, -1),
+        write_id="w2",
+        members=("w2",),
+        epoch=epoch,
+    )
+    assert replay.state == {}
+    replay.feed(_Message(first, 1, 1))
+    replay.feed(_Message(second, 1, 2))
+    assert replay.state == {"k": 2}
+    # already applied by the replay: refused, nothing applied twice
+    assert not replay.apply_own(
+        _own([second]),
+        Position(1, 2, -1),
+        after=Position(1, 1, -1),
+        write_id="w2",
+        members=("w2",),
+        epoch=epoch,
+    )
+    # a retried publish of an applied write, acknowledged at a later position
+    replay_copy = _own([first])
+    assert not replay.apply_own(
+        replay_copy,
+        Position(1, 3, -1),
+        after=Position(1, 2, -1),
+        write_id="w1",
+        members=("w1",),
+        epoch=epoch,
+    )
+    assert replay.state == {"k": 2} and replay.applied_writes == 2
+    assert outcomes == [(("w1",), True), (("w2",), True)]
+
+
+def test_a_stale_entry_is_not_applied_at_its_ack() -> None:
+    replay, _ = _replay()
+    replay.feed(_Message(epoch_message("old", 1, keep=False), 1, 0))
+    replay.feed(_Message(epoch_message("new", 1, keep=False), 1, 1))
+    old_epoch = epoch_of(1, 0)
+    late = write_message("w1", "k", b"1", old_epoch)
+    assert not replay.apply_own(
+        _own([late]),
+        Position(1, 2, -1),
+        after=Position(1, 1, -1),
+        write_id="w1",
+        members=("w1",),
+        epoch=old_epoch,
+    )
+    assert replay.state == {}
+
+
+def test_an_ack_after_another_writers_marker_is_left_to_the_replay() -> None:
+    """Seen with Pulsar 4.0.8 in fencing mode (the kill -9 linearizability run):
+    a fenced producer's send acknowledged after its successor's epoch marker.
+    The writer has not seen that marker yet; applying its entry at the ack
+    would acknowledge a write that every reader skips as stale."""
+    replay, outcomes = _replay()
+    replay.feed(_Message(epoch_message("a", 1, keep=False), 1, 0))
+    a_epoch = epoch_of(1, 0)
+    late = write_message("w1", "k", b"1", a_epoch)
+    # B's marker is at 1:1, not yet come by; A's write was acknowledged at 1:2
+    assert not replay.apply_own(
+        _own([late]),
+        Position(1, 2, -1),
+        after=Position(1, 0, -1),
+        write_id="w1",
+        members=("w1",),
+        epoch=a_epoch,
+    )
+    assert replay.state == {}
+    replay.feed(_Message(epoch_message("b", 1, keep=False), 1, 1))
+    replay.feed(_Message(late, 1, 2))
+    assert replay.state == {} and replay.stale_writes == 1
+    assert outcomes == [(("w1",), False)]  # its writer re-runs it
