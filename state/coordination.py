@@ -269,7 +269,9 @@ class CoordinationService(Generic[T]):
     # -- leader election ----------------------------------------------------------------
 
     def become_leader(self, path: str, content: T) -> Future[ResourceLock[T]]:
-        """Completes (with the leadership lock) once this candidate is elected."""
+        """Completes (with the leadership lock) once this candidate is elected:
+        also with the lock this service already holds at ``path`` (a leader
+        that lost its session and had its lock re-asserted is still elected)."""
         validate_path(path)
         return self._executor.submit(self._campaign, path, content)
 
@@ -281,7 +283,13 @@ class CoordinationService(Generic[T]):
             try:
                 return self.acquire_lock(path, content).result()
             except ResourceBusyError:
+                with self._lock:
+                    mine = self._held.get(path)
+                if mine is not None and mine.held:  # we lead already (re-asserted, say)
+                    return mine
                 freed.wait(timeout=5.0)  # a deletion wakes us; re-check now and then anyway
+            except SessionLostError:  # no candidate while our session is lost
+                freed.wait(timeout=1.0)
             finally:
                 with self._lock:
                     waiting = self._waiters.get(path, [])

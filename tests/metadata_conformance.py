@@ -574,3 +574,24 @@ def test_an_operator_delete_is_still_a_loss_while_the_session_is_healthy(
     wait_until(lock.lost.done, timeout_s=T, message="lost on an operator's delete")
     assert events == [LockEvent.LOST]
     holder.close()
+
+
+def test_a_leader_campaigning_again_after_its_session_loss_is_elected(
+    stores: StoreFactory, session_faults: SessionFaults, base: str
+) -> None:
+    """What a scheduler does: its leadership is suspended, it campaigns again at
+    once; when the session is back it is elected (its lock re-asserted or its
+    node taken over), never stuck behind its own node."""
+    store, _other = stores(), stores()
+    svc = CoordinationService[str](store)
+    p = f"{base}/leader-again"
+    leader = svc.become_leader(p, "me").result(T)
+    session_faults.lose(store)
+    wait_until(lambda: leader.suspended, timeout_s=T, message="leadership suspended")
+    again = svc.become_leader(p, "me")
+    session_faults.restore(store)
+    elected = again.result(T)
+    assert elected.held
+    node = store.get(p, latest=True).result(T)
+    assert node is not None and elected.owns(node)
+    svc.close()
