@@ -2,6 +2,7 @@
 
 from pulsar_state.aio import (
     AsyncCoordinationService,
+    AsyncMapWatch,
     AsyncMetadataStore,
     AsyncPulsarMap,
     AsyncSharedStateManager,
@@ -30,6 +31,7 @@ from pulsar_state.errors import (
     WriteFailedError,
 )
 from pulsar_state.manager import SharedStateManager, SharedStateManagerBuilder
+from pulsar_state.map_watch import MapChange, MapWatch
 from pulsar_state.memory_store import MemoryMetadataStore
 from pulsar_state.metadata_base import BaseMetadataStore
 from pulsar_state.metadata_cache import MetadataCache
@@ -43,7 +45,7 @@ from pulsar_state.metadata_state import (
 from pulsar_state.metadata_store import MetadataStore
 from pulsar_state.op_codec import OpCodec, SerializerCodec
 from pulsar_state.position import Position
-from pulsar_state.pulsar_map import PulsarMap
+from pulsar_state.pulsar_map import MapOp, PulsarMap
 from pulsar_state.retry import RetryPolicy
 from pulsar_state.serde import BytesSerde, JsonSerde, KeySerde, Serde, StrKeySerde, StrSerde
 
@@ -58,6 +60,9 @@ __all__ = [
     "SerializerCodec",
     # Recipes
     "PulsarMap",
+    "MapOp",
+    "MapChange",
+    "MapWatch",
     # Metadata and coordination (PIP-45)
     "BaseMetadataStore",
     "MetadataStore",
@@ -76,6 +81,7 @@ __all__ = [
     "AsyncSharedStateManager",
     "AsyncMetadataStore",
     "AsyncCoordinationService",
+    "AsyncMapWatch",
     # Serialization
     "Serde",
     "KeySerde",
