@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -182,7 +183,10 @@ def test_watch_prints_every_change_in_order(
         live = _watch(pulsar_endpoint, topic, "--key", "a/1", "--count", "3", "--duration", "120")
         try:
             # the live watch prints "watching" on stderr once caught up: only then write
-            line = live.stderr.readline() if live.stderr else ""
+            assert live.stderr is not None
+            ready, _, _ = select.select([live.stderr], [], [], 60)
+            assert ready, "the live watch did not start within 60 s"
+            line = live.stderr.readline()
             assert "watching" in line, line
             for i in range(1, 41):
                 m.put(f"a/{i % 3}", i).result(30)
