@@ -417,14 +417,16 @@ class PulsarMap(Generic[K, V]):
         if bound <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
         self.manager.check_process()
-        tailer = self.manager._tailer
-        with tailer.lock:  # the snapshot and the registration are one step
+
+        def register(state: dict[K, V]) -> MapWatch[K, V]:
+            # a local read runs under the state lock: the snapshot of the matching
+            # keys and the registration on the applied stream are one step
             joined = self.manager.position
             from_now = start is None or start >= joined
             current: dict[K, bytes] = {}
             if from_now:
                 serialize = self._codec.value_serde.serialize
-                current = {k: serialize(v) for k, v in tailer.state.items() if match(k)}
+                current = {k: serialize(v) for k, v in state.items() if match(k)}
             watch: MapWatch[K, V] = MapWatch(
                 topic=self.topic,
                 callback=callback,
@@ -439,6 +441,9 @@ class PulsarMap(Generic[K, V]):
             with self._watches_lock:
                 self._watches.add(watch)
             self.manager.add_listener(watch.offer)
+            return watch
+
+        watch = self.manager.read(register).result(bound)
         watch.start()
         return watch
 
