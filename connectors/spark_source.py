@@ -87,7 +87,7 @@ _MAX_PARTITIONS = 10_000
 #: replays (no rows) so that its replay state (fencing epoch, recent write ids)
 #: matches a whole-topic read's; at most this many entries and ~bytes
 _WARMUP_ENTRIES = 64
-_WARMUP_BYTES = 1 << 20
+_WARMUP_BYTES = 256 << 10
 
 
 @dataclass(frozen=True)
