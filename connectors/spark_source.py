@@ -324,11 +324,13 @@ Entry = tuple[int, int]  # (ledger, entry)
 
 @dataclass(frozen=True)
 class _Range:
-    """A changelog task's share of the log: whole entries ``first``..``last``.
+    """A task's share of the log: whole entries ``first``..``last``.
 
-    ``begin`` (<= ``first``) is where its replay starts: the entries before
-    ``first`` are its warm-up, replayed without rows. ``shadow``: the next range's
-    ``begin``, so that this task can check the next one's warm-up (below).
+    ``begin`` (<= ``first``) is where its replay starts, with fencing epoch
+    ``seed``: the entries before ``first`` are its warm-up, replayed without rows.
+    ``shadow``/``shadow_seed``: the next range's ``begin`` and ``seed``, so that
+    this task can check the next one's warm-up (see :func:`_replay_range`);
+    ``expect_epoch``: the last range checks the epoch a stream's end offset carries.
     """
 
     first: Entry
@@ -337,66 +339,97 @@ class _Range:
     shadow: Entry | None
     end: str  # the read's last position (the last range stops there)
     is_last: bool
+    seed: int = 0
+    shadow_seed: int = 0
+    expect_epoch: int | None = None
 
 
-def _plan_ranges(opts: SourceOptions, end: Position, count: int) -> list[_Range]:
-    """Split the log through ``end`` into at most ``count`` ranges of whole entries,
-    from the topic's ledgers and their entry counts (admin internal stats)."""
-    ledgers: list[tuple[int, int, float]] = []  # (ledger id, entries, bytes per entry)
-    if not end.is_start:
-        stats = opts.internal_stats()
-        last_ledger, _, _ = str(stats.get("lastConfirmedEntry", "-1:-1")).partition(":")
-        for ledger in stats.get("ledgers", []):
-            lid, entries = int(ledger["ledgerId"]), int(ledger.get("entries", 0))
-            size = float(ledger.get("size", 0))
-            if str(lid) == last_ledger:  # the open ledger: its counts are on the topic
-                entries = int(stats.get("currentLedgerEntries", entries))
-                size = float(stats.get("currentLedgerSize", size))
-            if lid > end.ledger:
-                continue
-            if lid == end.ledger:
-                entries = end.entry + 1  # the frozen end is in this ledger
-            if entries > 0:
-                ledgers.append((lid, entries, size / entries if size > 0 else 1.0))
-    if not ledgers or ledgers[-1][0] != end.ledger:
-        # an empty topic, or stats that do not show the end: one range, as a whole read
-        whole = (-1, -1)
-        return [_Range(whole, (end.ledger, end.entry), whole, None, str(end), True)]
-    total = sum(entries for _, entries, _ in ledgers)
+def _segments(
+    opts: SourceOptions, start: Position, end: Position
+) -> list[tuple[int, int, int, float]]:
+    """The entries after ``start``'s entry through ``end``'s, per ledger:
+    (ledger id, first entry, entries, bytes per entry), from admin internal stats."""
+    segments: list[tuple[int, int, int, float]] = []
+    if end.is_start:
+        return segments
+    stats = opts.internal_stats()
+    last_ledger, _, _ = str(stats.get("lastConfirmedEntry", "-1:-1")).partition(":")
+    for ledger in stats.get("ledgers", []):
+        lid, entries = int(ledger["ledgerId"]), int(ledger.get("entries", 0))
+        size = float(ledger.get("size", 0))
+        if str(lid) == last_ledger:  # the open ledger: its counts are on the topic
+            entries = int(stats.get("currentLedgerEntries", entries))
+            size = float(stats.get("currentLedgerSize", size))
+        per_entry = size / entries if size > 0 and entries > 0 else 1.0
+        if lid > end.ledger or (not start.is_start and lid < start.ledger):
+            continue
+        if lid == end.ledger:
+            entries = end.entry + 1  # the frozen end is in this ledger
+        first = start.entry + 1 if not start.is_start and lid == start.ledger else 0
+        if entries - first > 0:
+            segments.append((lid, first, entries - first, per_entry))
+    return segments
+
+
+def _plan_ranges(
+    opts: SourceOptions,
+    end: Position,
+    count: int,
+    *,
+    start: Position = START,
+    start_epoch: int = 0,
+    end_epoch: int | None = None,
+) -> list[_Range]:
+    """Split the log after ``start`` (whose entry was read whole) through ``end``
+    into at most ``count`` ranges of whole entries. ``end_epoch``: a stream's end
+    offset's epoch, which the last range checks."""
+    segments = _segments(opts, start, end)
+    if not segments or segments[-1][0] != end.ledger:
+        # nothing new, or stats that do not show the end: one range from the start
+        first = (start.ledger, start.entry + 1) if not start.is_start else (-1, -1)
+        last = (end.ledger, end.entry)
+        return [_Range(first, last, first, None, str(end), True, start_epoch, 0, end_epoch)]
+    total = sum(entries for _, _, entries, _ in segments)
     count = max(1, min(count, total))
 
     def at(index: int) -> tuple[Entry, float]:
-        for lid, entries, per_entry in ledgers:
+        for lid, first_entry, entries, per_entry in segments:
             if index < entries:
-                return (lid, index), per_entry
+                return (lid, first_entry + index), per_entry
             index -= entries
         raise IndexError(index)
 
     starts = [i * total // count for i in range(count)]
     begins: list[int] = []
-    for i, start in enumerate(starts):
-        first_begin = start
+    for i, first_index in enumerate(starts):
+        begin = first_index
         if i > 0:  # a warm-up: the entries just before (never before the last one's)
             spent = 0.0
             while (
-                first_begin > begins[-1]
-                and start - first_begin < _WARMUP_ENTRIES
-                and (spent < _WARMUP_BYTES or first_begin == start)
+                begin > begins[-1]
+                and first_index - begin < _WARMUP_ENTRIES
+                and (spent < _WARMUP_BYTES or begin == first_index)
             ):
-                first_begin -= 1
-                spent += at(first_begin)[1]
-        begins.append(first_begin)
+                begin -= 1
+                spent += at(begin)[1]
+        begins.append(begin)
+    # a replay from the first new entry starts with the start's epoch (exact)
+    seeds = [start_epoch if begin == 0 else 0 for begin in begins]
     ranges = []
-    for i, start in enumerate(starts):
-        stop = starts[i + 1] - 1 if i + 1 < count else total - 1
+    for i, first_index in enumerate(starts):
+        last_index = starts[i + 1] - 1 if i + 1 < count else total - 1
+        is_last = i + 1 == count
         ranges.append(
             _Range(
-                first=at(start)[0],
-                last=at(stop)[0],
+                first=at(first_index)[0],
+                last=at(last_index)[0],
                 begin=at(begins[i])[0],
-                shadow=at(begins[i + 1])[0] if i + 1 < count else None,
+                shadow=None if is_last else at(begins[i + 1])[0],
                 end=str(end),
-                is_last=i + 1 == count,
+                is_last=is_last,
+                seed=seeds[i],
+                shadow_seed=0 if is_last else seeds[i + 1],
+                expect_epoch=end_epoch if is_last else None,
             )
         )
     return ranges
@@ -414,7 +447,7 @@ def _new_replay(
     )
 
 
-def _replay_range(opts: SourceOptions, rng: _Range, *, start_epoch: int, on_write: Any) -> None:
+def _replay_range(opts: SourceOptions, rng: _Range, *, on_write: Any) -> int:
     """Replay ``rng`` (its warm-up first, without rows) and hand its writes to ``on_write``.
 
     Exactness: the rows of a range are the writes the whole-topic replay applies
@@ -426,7 +459,7 @@ def _replay_range(opts: SourceOptions, rng: _Range, *, start_epoch: int, on_writ
     shadow of this warm-up and fails the read if their epochs differ. (2) is
     covered for a duplicate landing within the warm-up's entries of its original.
     """
-    replay = _new_replay(opts, start_epoch)
+    replay = _new_replay(opts, rng.seed)
     first = rng.first
 
     def in_range(change: AppliedWrite[MapOp[str, Any]]) -> None:
@@ -434,10 +467,10 @@ def _replay_range(opts: SourceOptions, rng: _Range, *, start_epoch: int, on_writ
             on_write(change)
 
     replay.add_listener(in_range)
-    shadow = _new_replay(opts, 0) if rng.shadow is not None else None
+    shadow = _new_replay(opts, rng.shadow_seed) if rng.shadow is not None else None
     end = Position.parse(rng.end)
-    if end.is_start:
-        return
+    if end.is_start or (rng.first > rng.last):
+        return replay.epoch
     client = opts.client()
     try:
         begin = (
@@ -476,6 +509,14 @@ def _replay_range(opts: SourceOptions, rng: _Range, *, start_epoch: int, on_writ
                 f"than the next range's warm-up shows ({shadow.epoch}) (stale writes of a "
                 f"fenced writer fill it); read this topic with numPartitions=1"
             )
+    if rng.expect_epoch is not None and rng.expect_epoch != replay.epoch:
+        raise RuntimeError(
+            f"pulsar_state: a parallel stream batch cannot be made exact here: the fencing "
+            f"epoch at {rng.end} ({replay.epoch}) is not the one its end offset carries "
+            f"({rng.expect_epoch}) (stale writes of a fenced writer fill the entries before "
+            f"it); read this stream with numPartitions=1"
+        )
+    return replay.epoch
 
 
 class _Partition(InputPartition):
@@ -545,7 +586,7 @@ class PulsarStateBatchReader(DataSourceReader):
                     columns["batch_index"].append(change.position.batch)
 
             assert partition.span is not None
-            _replay_range(opts, partition.span, start_epoch=0, on_write=on_change)
+            _replay_range(opts, partition.span, on_write=on_change)
             yield from _chunks(opts, self.schema, columns)
             return
 
