@@ -20,8 +20,10 @@ Modes (option ``mode``):
   ``publish_time``, from the raw log.
 * streaming (``spark.readStream.format("pulsar_state")``): micro-batches of
   changes; offsets are JSON ``{"position": "l:e:b", "epoch": n}`` so a batch
-  replays deterministically. ``trigger(availableNow=True)`` reads what the
-  topic held when the query started, then stops.
+  replays deterministically. Read on the driver, or with ``numPartitions`` > 1
+  as parallel ranges (:class:`PulsarStateParallelStreamReader`).
+  ``trigger(availableNow=True)`` reads what the topic held when the query
+  started, then stops.
 
 Other options: ``valueFormat`` (``json``: the value as JSON text, validated;
 ``string``; ``binary``), ``includeMetadata`` (adds ``position`` and
@@ -54,9 +56,11 @@ from typing import Any
 import pulsar
 import pyarrow as pa
 import requests
+from pyspark.errors import PySparkNotImplementedError
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     EqualTo,
     Filter,
     In,
@@ -570,24 +574,8 @@ class PulsarStateBatchReader(DataSourceReader):
 
         names = [f.name for f in self.schema.fields]
         if opts.mode == "changelog":
-            columns: dict[str, list[Any]] = {name: [] for name in names}
-
-            def on_change(change: AppliedWrite[MapOp[str, Any]]) -> None:
-                for op in change.ops:
-                    if not wanted(op.key):
-                        continue
-                    columns["key"].append(op.key)
-                    columns["value"].append(None if op.is_delete else opts.value_of(op.payload))
-                    columns["change_type"].append("delete" if op.is_delete else "put")
-                    columns["position"].append(str(change.position))
-                    columns["publish_time"].append(change.publish_ms * 1000)
-                    columns["ledger_id"].append(change.position.ledger)
-                    columns["entry_id"].append(change.position.entry)
-                    columns["batch_index"].append(change.position.batch)
-
             assert partition.span is not None
-            _replay_range(opts, partition.span, on_write=on_change)
-            yield from _chunks(opts, self.schema, columns)
+            yield from _changelog_batches(opts, self.schema, partition.span, wanted)
             return
 
         latest: dict[str, tuple[bytes, Position, int] | None] = {}
@@ -607,7 +595,7 @@ class PulsarStateBatchReader(DataSourceReader):
             end=Position.parse(partition.end),
             on_write=on_write,
         )
-        columns = {name: [] for name in names}
+        columns: dict[str, list[Any]] = {name: [] for name in names}
         for key, entry in latest.items():
             if entry is None:
                 continue  # deleted
@@ -723,6 +711,116 @@ class PulsarStateStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvail
         """Nothing to release: readers are opened and closed per batch."""
 
 
+def _changelog_batches(
+    opts: SourceOptions, schema: StructType, span: _Range, wanted: Any = None
+) -> Iterator[pa.RecordBatch]:
+    """The changelog rows of one range, as Arrow batches."""
+    columns: dict[str, list[Any]] = {f.name: [] for f in schema.fields}
+
+    def on_change(change: AppliedWrite[MapOp[str, Any]]) -> None:
+        for op in change.ops:
+            if wanted is not None and not wanted(op.key):
+                continue
+            columns["key"].append(op.key)
+            columns["value"].append(None if op.is_delete else opts.value_of(op.payload))
+            columns["change_type"].append("delete" if op.is_delete else "put")
+            columns["position"].append(str(change.position))
+            columns["publish_time"].append(change.publish_ms * 1000)
+            columns["ledger_id"].append(change.position.ledger)
+            columns["entry_id"].append(change.position.entry)
+            columns["batch_index"].append(change.position.batch)
+
+    _replay_range(opts, span, on_write=on_change)
+    yield from _chunks(opts, schema, columns)
+
+
+def _end_epoch(opts: SourceOptions, start: Position, start_epoch: int, end: Position) -> int:
+    """The fencing epoch at ``end`` of a stream batch from ``start``, from a warm-up
+    of the entries before ``end`` (seeded with ``start_epoch`` if it reaches back to
+    the batch's first entry); the batch's last task checks it against its replay."""
+    segments = _segments(opts, start, end)
+    if not segments or segments[-1][0] != end.ledger:  # replay the batch (exact)
+        replay = _replay_changes(
+            opts,
+            compacted=False,
+            start=None if start.is_start else start,
+            start_epoch=start_epoch,
+            end=end,
+            on_write=lambda change: None,
+        )
+        return replay.epoch
+    total = sum(entries for _, _, entries, _ in segments)
+    taken, spent = 0, 0.0
+    begin: Entry = (end.ledger, end.entry)
+    for lid, first_entry, entries, per_entry in reversed(segments):
+        for entry in range(first_entry + entries - 1, first_entry - 1, -1):
+            if taken >= _WARMUP_ENTRIES or (spent >= _WARMUP_BYTES and taken > 0):
+                break
+            begin, taken, spent = (lid, entry), taken + 1, spent + per_entry
+    seed = start_epoch if taken == total else 0
+    last: Entry = (end.ledger, end.entry)
+    warmup = _Range(begin, last, begin, None, str(end), True, seed)
+    return _replay_range(opts, warmup, on_write=lambda change: None)
+
+
+class PulsarStateParallelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches of changes read as disjoint ranges by ``numPartitions`` tasks.
+
+    Used when ``numPartitions`` > 1 is set on a stream; otherwise the stream is
+    read on the driver (:class:`PulsarStateStreamReader`). An end offset carries
+    the fencing epoch at its position, worked out on the driver from the entries
+    just before it and checked by the batch's last task against its replay.
+    """
+
+    def __init__(self, opts: SourceOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.schema = schema
+        self._target: Position | None = None
+        self._last: dict[str, Any] | None = None
+        opts.check_topic()
+
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802 (Spark's name)
+        return {"position": str(START), "epoch": 0}
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 (Spark's name)
+        self._target = self.opts.last_position()
+
+    def latestOffset(  # noqa: N802 (Spark's name)
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, Any]:
+        start = start or self._last or self.initialOffset()
+        begin = Position.parse(start["position"])
+        end = self.opts.last_position()
+        if self._target is not None:
+            end = min(end, self._target)
+        if not end > begin or begin.covers(end):
+            return start
+        epoch = _end_epoch(self.opts, begin, int(start.get("epoch", 0)), end)
+        self._last = {"position": str(end), "epoch": epoch}
+        return self._last
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        begin, stop = Position.parse(start["position"]), Position.parse(end["position"])
+        if not stop > begin or begin.covers(stop):
+            return []
+        ranges = _plan_ranges(
+            self.opts,
+            stop,
+            self.opts.partitions_for("changelog"),
+            start=begin,
+            start_epoch=int(start.get("epoch", 0)),
+            end_epoch=int(end["epoch"]),
+        )
+        return [_Partition(i, 1, str(stop), None, span) for i, span in enumerate(ranges)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _Partition) and partition.span is not None
+        yield from _changelog_batches(self.opts, self.schema, partition.span)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to release: readers are opened and closed per task."""
+
+
 def _utc(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
 
@@ -746,10 +844,23 @@ class PulsarStateDataSource(DataSource):
             return PulsarStatePushdownReader(self.opts, schema)
         return PulsarStateBatchReader(self.opts, schema)
 
-    def simpleStreamReader(self, schema: StructType) -> PulsarStateStreamReader:  # noqa: N802
+    def streamReader(self, schema: StructType) -> PulsarStateParallelStreamReader:  # noqa: N802
+        """Ranges read in parallel when ``numPartitions`` > 1 is set; else Spark
+        falls back to :meth:`simpleStreamReader` (the stream read on the driver)."""
+        if self.opts.num_partitions is None or self.opts.num_partitions == 1:
+            raise PySparkNotImplementedError(
+                errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"}
+            )
+        self._check_stream_mode()
+        return PulsarStateParallelStreamReader(self.opts, schema)
+
+    def _check_stream_mode(self) -> None:
         if self.opts.mode != "changelog":
             raise ValueError(
                 "pulsar_state: a stream reads changes: set option mode=changelog "
                 "(the stream's schema is the changelog's)"
             )
+
+    def simpleStreamReader(self, schema: StructType) -> PulsarStateStreamReader:  # noqa: N802
+        self._check_stream_mode()
         return PulsarStateStreamReader(self.opts, schema)

@@ -55,16 +55,18 @@ def _read(spark: SparkSession, ep: PulsarEndpoint, topic: str, **options: str) -
     return reader.load()
 
 
-def _read_stream(spark: SparkSession, ep: PulsarEndpoint, topic: str) -> DataFrame:
+def _read_stream(spark: SparkSession, ep: PulsarEndpoint, topic: str, **options: str) -> DataFrame:
     """The changelog of ``topic`` as a stream."""
-    return (
+    reader = (
         spark.readStream.format("pulsar_state")
         .option("serviceUrl", ep.service_url)
         .option("adminUrl", ep.admin_url)
         .option("topic", topic)
         .option("mode", "changelog")
-        .load()
     )
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
 
 
 def _as_dict(df: DataFrame) -> dict[str, Any]:
@@ -232,20 +234,23 @@ def test_stream_batches_replay_deterministically_and_available_now_stops_at_its_
         assert rest == [("c", "3", "put"), ("a", None, "delete")]
 
 
-def test_available_now_query_on_a_checkpoint(
+@pytest.mark.parametrize("partitions", [None, "2"], ids=["driver", "ranges"])
+def test_available_now_query_on_a_checkpoint(  # noqa: PLR0917 (fixtures)
     spark: SparkSession,
     pulsar_endpoint: PulsarEndpoint,
     make_client: ClientFactory,
     admin_url: str,
     tmp_path: Any,
+    partitions: str | None,
 ) -> None:
     topic = unique_topic("stream-now")
+    options = {"numPartitions": partitions} if partitions else {}
 
     out = tmp_path / "out"
 
     def run_once() -> list[tuple[Any, ...]]:
         query = (
-            _read_stream(spark, pulsar_endpoint, topic)
+            _read_stream(spark, pulsar_endpoint, topic, **options)
             .writeStream.format("parquet")
             .option("path", str(out))
             .option("checkpointLocation", str(tmp_path / "checkpoint"))
@@ -438,3 +443,76 @@ def test_parallel_changelog_refuses_a_range_start_only_stale_writes_precede(
         _changelog_by_partition(spark, pulsar_endpoint, topic, 37)  # two entries each
     # fewer ranges: a warm-up reaches the new writer's epoch, and the rows are exact
     assert _changelog_by_partition(spark, pulsar_endpoint, topic, 2)[1] == []
+
+
+def test_parallel_stream_batches_read_ranges_with_the_single_read_rows(
+    spark: SparkSession,
+    pulsar_endpoint: PulsarEndpoint,
+    make_client: ClientFactory,
+    admin_url: str,
+) -> None:
+    """numPartitions > 1 on a stream: each micro-batch is read as disjoint ranges;
+    the rows over two batches (several ledgers, a stale write) are the one-pass
+    changelog's, in order."""
+    topic = unique_topic("stream-ranges")
+    client = make_client()
+
+    def write_round(name: str) -> None:
+        with PulsarMap[str, Any](client, topic, admin_url=admin_url) as m:
+            m.put_all({f"{name}-{i}": i for i in range(6)}).result()
+            for i in range(4):
+                m.put(f"{name}-{i}", {"again": i}).result()
+            m.delete(f"{name}-5").result()
+        resp = requests.put(f"{admin_url}/admin/v2/{topic_path(topic)}/unload", timeout=30)
+        assert resp.status_code in (200, 204), resp.text
+
+    write_round("a")
+    write_round("b")
+    source = PulsarStateDataSource(
+        {
+            "serviceUrl": pulsar_endpoint.service_url,
+            "adminUrl": admin_url,
+            "topic": topic,
+            "mode": "changelog",
+            "numPartitions": "3",
+        }
+    )
+    reader = source.streamReader(spark.createDataFrame([], source.schema()).schema)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, None)
+    assert len(reader.partitions(start, end)) == 3
+    name = f"ranges_{topic.rsplit('-', 1)[-1]}"
+    stream = (
+        spark.readStream.format("pulsar_state")
+        .option("serviceUrl", pulsar_endpoint.service_url)
+        .option("adminUrl", admin_url)
+        .option("topic", topic)
+        .option("mode", "changelog")
+        .option("numPartitions", "3")
+        .load()
+    )
+    query = stream.writeStream.format("memory").queryName(name).start()
+    try:
+        query.processAllAvailable()
+        write_round("c")
+        raw = pulsar.Client(pulsar_endpoint.service_url)
+        try:  # a write of the first writer's epoch, after later writers' markers
+            log = raw.create_reader(topic, pulsar.MessageId.earliest)
+            old = log.read_next(timeout_millis=10_000)
+            while old.properties().get("pss.k") != "write":
+                old = log.read_next(timeout_millis=10_000)
+            log.close()
+            producer = raw.create_producer(topic)
+            producer.send(b'"stale"', properties=old.properties(), partition_key="stale")
+            producer.close()
+        finally:
+            raw.close()
+        query.processAllAvailable()
+        got = spark.sql(f"SELECT * FROM {name}").collect()
+    finally:
+        query.stop()
+    single = _read(spark, pulsar_endpoint, topic, mode="changelog", numPartitions="1").collect()
+    assert len(single) == 3 * (6 + 4 + 1)
+    order = ("ledger_id", "entry_id", "batch_index")
+    assert sorted((tuple(r) for r in got), key=lambda r: r[5:8]) == [tuple(r) for r in single]
+    assert [r[5:8] for r in got] == sorted(r[5:8] for r in got), f"rows in {order} order"
