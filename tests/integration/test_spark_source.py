@@ -443,6 +443,23 @@ def test_parallel_changelog_refuses_a_range_start_only_stale_writes_precede(
         _changelog_by_partition(spark, pulsar_endpoint, topic, 37)  # two entries each
     # fewer ranges: a warm-up reaches the new writer's epoch, and the rows are exact
     assert _changelog_by_partition(spark, pulsar_endpoint, topic, 2)[1] == []
+    # a stream batch in ranges: the end offset's epoch, worked out on the driver from
+    # the entries before the end (only stale ones), is refused by the last range
+    source = PulsarStateDataSource(
+        {
+            "serviceUrl": pulsar_endpoint.service_url,
+            "adminUrl": admin_url,
+            "topic": topic,
+            "mode": "changelog",
+            "numPartitions": "2",
+        }
+    )
+    reader = source.streamReader(spark.createDataFrame([], source.schema()).schema)
+    start = reader.initialOffset()
+    first, last = reader.partitions(start, reader.latestOffset(start, None))
+    assert [tuple(b.column(0).to_pylist()) for b in reader.read(first)] == [("a", "b")]
+    with pytest.raises(RuntimeError, match="cannot be made exact"):
+        list(reader.read(last))
 
 
 def test_parallel_stream_batches_read_ranges_with_the_single_read_rows(
