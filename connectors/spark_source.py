@@ -674,7 +674,17 @@ class PulsarStateStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvail
     def readBetweenOffsets(  # noqa: N802 (Spark's name)
         self, start: dict[str, Any], end: dict[str, Any]
     ) -> Iterator[tuple[Any, ...]]:
-        rows, _ = self._changes(start, Position.parse(end["position"]))
+        rows, epoch = self._changes(start, Position.parse(end["position"]))
+        if "epoch" in end and int(end["epoch"]) != epoch:
+            # only a parallel batch's end offset can carry an epoch other than the
+            # replay's (inferred on the driver, refused by its last task): going on
+            # from it would start the next batch from a wrong epoch
+            raise RuntimeError(
+                f"pulsar_state: the stream's end offset {end} carries fencing epoch "
+                f"{end['epoch']}, but the log has {epoch} there (inferred by a parallel "
+                f"batch from a fenced writer's stale writes); run the query on a new "
+                f"checkpoint without numPartitions"
+            )
         return iter(rows)
 
     def _changes(self, start: dict[str, Any], end: Position) -> tuple[list[tuple[Any, ...]], int]:

@@ -460,6 +460,14 @@ def test_parallel_changelog_refuses_a_range_start_only_stale_writes_precede(
     assert [tuple(b.column(0).to_pylist()) for b in reader.read(first)] == [("a", "b")]
     with pytest.raises(RuntimeError, match="cannot be made exact"):
         list(reader.read(last))
+    # that batch's end offset stays in the query's offset log: re-run by the driver-side
+    # reader (the query restarted without numPartitions), it is refused too, since the
+    # next batch would start from its wrong epoch
+    end = reader.latestOffset(start, None)
+    simple = _stream_reader(spark, pulsar_endpoint, topic)
+    with pytest.raises(RuntimeError, match="end offset"):
+        simple.readBetweenOffsets(start, end)
+    assert simple.read(start)[1]["epoch"] != end["epoch"]
 
 
 def test_parallel_stream_batches_read_ranges_with_the_single_read_rows(
