@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 
 from pulsar_state import metrics as core_metrics
 
-__all__ = ["InstanceLabels", "label_instance_metrics"]
+__all__ = ["InstanceLabels", "label_instance_metrics", "unlabel_instance_metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -85,3 +85,17 @@ def label_instance_metrics(
             return None
         _labelled.append(labelled)
         return labelled
+
+
+def unlabel_instance_metrics(registry: CollectorRegistry = REGISTRY) -> None:
+    """Undo :func:`label_instance_metrics`: the metrics are plain again.
+
+    For a process that hosts more than one function's code in turn (a test
+    session running functions in-process); a worker's instance never needs it.
+    """
+    with _lock:
+        for labelled in _labelled:
+            registry.unregister(labelled)
+            for collector in labelled.collectors:
+                registry.register(collector)
+        _labelled.clear()

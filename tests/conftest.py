@@ -11,6 +11,8 @@ import pytest
 from harness import PulsarEndpoint, start_endpoint, stop_endpoint
 from postgres_server import PostgresServer, start_server
 
+from pulsar_state.instance_metrics import unlabel_instance_metrics
+
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 
 
@@ -20,6 +22,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
     # tests that restart or kill the broker run last
     items.sort(key=lambda item: item.get_closest_marker("fault") is not None)
+
+
+@pytest.fixture(autouse=True)
+def _plain_metrics() -> Iterator[None]:
+    """A function run in-process labels this process's metrics with its instance
+    (once per process, as in a worker): undo it after each test, so that every
+    test reads the plain series whatever ran before it."""
+    yield
+    unlabel_instance_metrics()
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,26 +10,12 @@ import pulsar
 import pytest
 import requests
 from harness import unique_name, unique_topic
-from prometheus_client import REGISTRY
 
-from pulsar_state import InvalidTopicNameError, instance_metrics
+from pulsar_state import InvalidTopicNameError
 from pulsar_state.functions.function_map import function_topic, open_function_map
 from pulsar_state.functions.metadata_manager import FunctionMetadataManager
 from pulsar_state.functions.scheduler_function import SchedulerFunction
 from pulsar_state.topic_names import admin_path, function_state_name
-
-
-@pytest.fixture(autouse=True)
-def _plain_metrics() -> Iterator[None]:
-    """Undo the instance labels a function puts on this process's metrics when it opens
-    its map (once per process, as in a worker), so that later tests read plain series."""
-    yield
-    with instance_metrics._lock:
-        for labelled in instance_metrics._labelled:
-            REGISTRY.unregister(labelled)
-            for collector in labelled.collectors:
-                REGISTRY.register(collector)
-        instance_metrics._labelled.clear()
 
 
 def _context(client: pulsar.Client, user_config: dict[str, Any], name: str = "fn") -> Any:
