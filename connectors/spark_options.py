@@ -1,0 +1,191 @@
+"""Options of the ``pulsar_state`` Spark data source: :class:`SourceOptions`
+(parsed and validated, picklable, with the driver/executor helpers that open
+clients and ask the admin API) and the schema each mode reads."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pulsar
+import requests
+
+from pulsar_state.admin import topic_path
+from pulsar_state.position import Position
+from pulsar_state.pulsar_map import _MapCodec
+from pulsar_state.serde import BytesSerde, JsonSerde, Serde, StrKeySerde, StrSerde
+from pulsar_state.topic_names import full_topic_name
+
+__all__ = ["SourceOptions", "source_schema"]
+
+_MODES = ("snapshot", "changelog")
+_FORMATS: dict[str, Serde[Any]] = {
+    "json": JsonSerde(),
+    "string": StrSerde(),
+    "binary": BytesSerde(),
+}
+_MAX_PARTITIONS = 10_000
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Validated options (picklable)."""
+
+    service_url: str
+    admin_url: str
+    topic: str
+    mode: str
+    value_format: str
+    include_metadata: bool
+    auth_token: str | None
+    #: None: the mode's default (snapshot 1, changelog the driver's cores)
+    num_partitions: int | None
+    timeout_ms: int
+    pushdown: bool = False
+
+    @classmethod
+    def parse(cls, options: dict[str, str]) -> SourceOptions:
+        opts = {k.lower(): v for k, v in options.items()}
+
+        def need(name: str) -> str:
+            value = opts.get(name.lower())
+            if not value:
+                raise ValueError(f"pulsar_state: option '{name}' is required")
+            return value
+
+        mode = opts.get("mode", "snapshot").lower()
+        if mode not in _MODES:
+            raise ValueError(f"pulsar_state: mode must be one of {_MODES}, got {mode!r}")
+        value_format = opts.get("valueformat", "json").lower()
+        if value_format not in _FORMATS:
+            raise ValueError(
+                f"pulsar_state: valueFormat must be one of {tuple(_FORMATS)}, got {value_format!r}"
+            )
+        partitions: int | None = None
+        if opts.get("numpartitions") is not None:
+            raw = opts["numpartitions"]
+            try:
+                partitions = int(raw)
+            except ValueError:
+                partitions = 0
+            if not 1 <= partitions <= _MAX_PARTITIONS:
+                raise ValueError(
+                    f"pulsar_state: numPartitions must be an integer from 1 to "
+                    f"{_MAX_PARTITIONS}, got {raw!r}"
+                )
+        try:
+            timeout_ms = int(opts.get("timeoutms", "30000"))
+        except ValueError:
+            timeout_ms = 0
+        if timeout_ms < 1:
+            raise ValueError(
+                f"pulsar_state: timeoutMs must be an integer >= 1, got {opts.get('timeoutms')!r}"
+            )
+        include = opts.get("includemetadata", "false").lower()
+        pushdown = opts.get("pushdown", "false").lower()
+        for flag, value in (("includeMetadata", include), ("pushdown", pushdown)):
+            if value not in ("true", "false"):
+                raise ValueError(f"pulsar_state: {flag} is true or false, got {value!r}")
+        topic = full_topic_name(need("topic"))  # InvalidTopicNameError is a clear message too
+        service_url = need("serviceUrl")
+        if not service_url.startswith(("pulsar://", "pulsar+ssl://")):
+            raise ValueError(f"pulsar_state: serviceUrl must be pulsar://..., got {service_url!r}")
+        admin_url = need("adminUrl").rstrip("/")
+        if not admin_url.startswith(("http://", "https://")):
+            raise ValueError(f"pulsar_state: adminUrl must be http(s)://..., got {admin_url!r}")
+        return cls(
+            service_url=service_url,
+            admin_url=admin_url,
+            topic=topic,
+            mode=mode,
+            value_format=value_format,
+            include_metadata=include == "true",
+            auth_token=opts.get("authtoken") or None,
+            num_partitions=partitions,
+            timeout_ms=timeout_ms,
+            pushdown=pushdown == "true",
+        )
+
+    # -- helpers used where the code runs -----------------------------------------
+
+    def client(self) -> pulsar.Client:
+        auth = pulsar.AuthenticationToken(self.auth_token) if self.auth_token else None
+        return pulsar.Client(
+            self.service_url,
+            authentication=auth,
+            operation_timeout_seconds=max(1, self.timeout_ms // 1000),
+            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+        )
+
+    def partitions_for(self, mode: str) -> int:
+        if self.num_partitions is not None:
+            return self.num_partitions
+        return max(1, os.cpu_count() or 1) if mode == "changelog" else 1
+
+    def check_topic(self) -> None:
+        """On the driver: the broker answers and the topic exists, or a clear error."""
+        self._admin_get("stats")
+
+    def internal_stats(self) -> dict[str, Any]:
+        """The topic's managed-ledger stats (its ledgers and their entry counts)."""
+        stats: dict[str, Any] = self._admin_get("internalStats").json()
+        return stats
+
+    def _admin_get(self, what: str) -> requests.Response:
+        headers = {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else {}
+        url = f"{self.admin_url}/admin/v2/{topic_path(self.topic)}/{what}"
+        try:
+            resp = requests.get(url, headers=headers, timeout=self.timeout_ms / 1000)
+        except requests.RequestException as exc:
+            raise ConnectionError(
+                f"pulsar_state: the Pulsar admin API at {self.admin_url} is unreachable ({exc})"
+            ) from None
+        if resp.status_code == 404:
+            raise ValueError(f"pulsar_state: topic {self.topic} does not exist")
+        if resp.status_code in (401, 403):
+            raise PermissionError(f"pulsar_state: not allowed to read {self.topic}")
+        if resp.status_code != 200:
+            detail = f"{resp.status_code}: {resp.text[:200]}"
+            raise ConnectionError(f"pulsar_state: checking {self.topic} failed ({detail})")
+        return resp
+
+    def last_position(self) -> Position:
+        """The topic's last message id (a short-lived subscription asks the broker)."""
+        client = self.client()
+        try:
+            consumer = client.subscribe(
+                self.topic,
+                f"pss-spark-{uuid.uuid4().hex[:12]}",
+                receiver_queue_size=0,
+                properties={"pulsar-state-role": "spark-planner"},
+            )
+            try:
+                return Position.from_message_id(consumer.get_last_message_id())
+            finally:
+                consumer.unsubscribe()
+        except pulsar.PulsarException as exc:
+            raise ConnectionError(f"pulsar_state: cannot reach {self.service_url}: {exc}") from None
+        finally:
+            client.close()
+
+    def codec(self) -> _MapCodec[str, Any]:
+        return _MapCodec(StrKeySerde(), _FORMATS[self.value_format])
+
+    def value_type(self) -> str:
+        return "binary" if self.value_format == "binary" else "string"
+
+    def value_of(self, payload: bytes) -> Any:
+        return payload if self.value_format == "binary" else payload.decode()
+
+
+def source_schema(opts: SourceOptions) -> str:
+    value = opts.value_type()
+    if opts.mode == "changelog":
+        return (
+            f"key string, value {value}, change_type string, position string, "
+            "publish_time timestamp, ledger_id long, entry_id long, batch_index int"
+        )
+    extra = ", position string, publish_time timestamp" if opts.include_metadata else ""
+    return f"key string, value {value}{extra}"
