@@ -46,9 +46,10 @@ setup(
     license="Apache-2.0",
     license_files=["LICENSE"],
     python_requires=">=3.11",
-    packages=list(PACKAGE_DIRS),
+    # deploy/functions holds only the shipped function configs: a data package
+    packages=[*PACKAGE_DIRS, "pulsar_state.deploy.functions"],
     package_dir=PACKAGE_DIRS,
-    package_data={"pulsar_state": ["py.typed"], "pulsar_state.deploy": ["functions/*.yaml"]},
+    package_data={"pulsar_state": ["py.typed"], "pulsar_state.deploy.functions": ["*.yaml"]},
     include_package_data=True,
     install_requires=[
         PULSAR_CLIENT,
