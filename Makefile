@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SOURCES := setup.py pyproject.toml $(shell find state functions connectors deploy -name '*.py' -o -name '*.yaml' -o -name py.typed 2>/dev/null)
 
-.PHONY: check-min-deps bench test-faults bench-core bench-spark deploy undeploy package run test test-unit test-integration lint format broker-start broker-stop clean
+.PHONY: check-min-deps bench bench-spark-changelog test-faults bench-core bench-spark deploy undeploy package run test test-unit test-integration lint format broker-start broker-stop clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,10 @@ bench-core: $(STAMP)
 
 bench-spark: $(STAMP)
 	$(PY) -m bench.spark
+
+# the changelog read in N position ranges vs one range, same topic, same run
+bench-spark-changelog: $(STAMP)
+	$(PY) -m bench.spark --mode changelog --keys 100000
 
 # deploy the packaged functions onto a cluster: make deploy ADMIN_URL=http://host:8080
 # (default: the embedded broker of `make broker-start`)
