@@ -27,6 +27,7 @@ from urllib.parse import quote
 import requests
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
+from pulsar_state.admin import refusal_reason
 from pulsar_state.deploy.errors import PulsarAdminError
 from pulsar_state.errors import AdminUnreachableError, ConfigurationError
 
@@ -37,18 +38,12 @@ log = logging.getLogger(__name__)
 Fqn = tuple[str, str, str]
 
 
+def _admin_reason(resp: requests.Response) -> str:
+    return refusal_reason(resp, limit=1500)
+
+
 class _TransientError(Exception):
     pass
-
-
-def _reason(resp: requests.Response) -> str:
-    try:
-        body = resp.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and body.get("reason"):
-        return str(body["reason"])
-    return resp.text[:1500] or f"HTTP {resp.status_code}"
 
 
 class PulsarAdminRest:
@@ -114,7 +109,7 @@ class PulsarAdminRest:
             except AdminUnreachableError as exc:
                 raise _TransientError(str(exc)) from exc
             if resp.status_code >= 500:
-                raise _TransientError(f"{resp.status_code}: {_reason(resp)}")
+                raise _TransientError(f"{resp.status_code}: {_admin_reason(resp)}")
             return resp
 
         try:
@@ -133,7 +128,7 @@ class PulsarAdminRest:
     @staticmethod
     def _check(resp: requests.Response, what: list[str], ok: tuple[int, ...] = (200, 204)) -> None:
         if resp.status_code not in ok:
-            raise PulsarAdminError(what, resp.status_code, _reason(resp))
+            raise PulsarAdminError(what, resp.status_code, _admin_reason(resp))
 
     # -- functions --------------------------------------------------------------
 
@@ -192,7 +187,7 @@ class PulsarAdminRest:
         path = self._path("packages/function", fqn)
         resp = self._read(path)
         if resp.status_code != 200:  # none stored, or no package management
-            log.debug("no packages for %s: %s", "/".join(fqn), _reason(resp)[-200:])
+            log.debug("no packages for %s: %s", "/".join(fqn), _admin_reason(resp)[-200:])
             return []
         deleted = []
         for version in resp.json() or []:
@@ -201,6 +196,9 @@ class PulsarAdminRest:
                 deleted.append(str(version))
             else:
                 log.warning(
-                    "could not delete package %s@%s: %s", "/".join(fqn), version, _reason(gone)
+                    "could not delete package %s@%s: %s",
+                    "/".join(fqn),
+                    version,
+                    _admin_reason(gone),
                 )
         return deleted

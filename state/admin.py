@@ -24,7 +24,7 @@ from pulsar_state.errors import (
 )
 from pulsar_state.topic_names import admin_path
 
-__all__ = ["PulsarAdmin", "topic_path"]
+__all__ = ["PulsarAdmin", "refusal_reason", "topic_path"]
 
 log = logging.getLogger(__name__)
 
@@ -35,15 +35,16 @@ def topic_path(topic: str) -> str:
     return admin_path(topic)
 
 
-def _reason(resp: requests.Response) -> str:
-    """The broker's ``reason`` of a refused admin call, else the start of its body."""
+def refusal_reason(resp: requests.Response, *, limit: int = 300) -> str:
+    """The broker's ``reason`` of a refused admin call, else the first ``limit``
+    characters of its body."""
     try:
         body = resp.json()
     except ValueError:
         body = None
     if isinstance(body, dict) and body.get("reason"):
         return str(body["reason"])
-    return resp.text[:300] or f"HTTP {resp.status_code}"
+    return resp.text[:limit] or f"HTTP {resp.status_code}"
 
 
 class _TransientError(Exception):
@@ -114,7 +115,8 @@ class PulsarAdmin:
             return
         if resp.status_code in (401, 403) and read_only:
             raise PermissionDeniedError(
-                f"{what}: not permitted for this role ({resp.status_code}: {_reason(resp)}); "
+                f"{what}: not permitted for this role "
+                f"({resp.status_code}: {refusal_reason(resp)}); "
                 "reading needs the consume (or produce) permission on the topic"
             )
         if resp.status_code in (401, 403):
@@ -145,7 +147,7 @@ class PulsarAdmin:
         path = topic_path(topic)
         meta = self.request("GET", f"/admin/v2/{path}/partitions")
         if meta.status_code == 404:  # the tenant or namespace does not exist
-            raise TopicNotFoundError(f"topic {topic} does not exist ({_reason(meta)})")
+            raise TopicNotFoundError(f"topic {topic} does not exist ({refusal_reason(meta)})")
         self._check(meta, f"looking up {topic}", read_only=True)
         if int(meta.json().get("partitions", 0)) > 0:
             raise StateTopicError(f"{topic} is partitioned; a state topic must not be")
