@@ -124,12 +124,7 @@ def smoke_demo(
     depends on how fast the instance starts.
     """
     auth = auth or ClusterAuth()
-    admin = PulsarAdminRest(
-        admin_url=admin_url,
-        headers=auth.admin_headers(),
-        verify=auth.requests_verify(),
-        cert=auth.admin_client_cert(),
-    )
+    admin = PulsarAdminRest.with_auth(admin_url, auth)
     answers: list[str] = []
     fqn = ("public", "default", f"smoke-{suffix}")
     source = full_topic_name(f"smoke-in-{suffix}")

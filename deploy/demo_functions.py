@@ -152,12 +152,7 @@ def functions_demo(
         bold=True,
     )
     auth = auth or ClusterAuth()
-    admin = PulsarAdminRest(
-        admin_url=admin_url,
-        headers=auth.admin_headers(),
-        verify=auth.requests_verify(),
-        cert=auth.admin_client_cert(),
-    )
+    admin = PulsarAdminRest.with_auth(admin_url, auth)
     client = pulsar.Client(service_url, logger=client_logger(), **auth.client_kwargs())
     state_topic = full_topic_name(f"wordcount-state-{suffix}")
     records_topic = full_topic_name(f"function-metadata-{suffix}")

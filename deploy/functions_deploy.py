@@ -211,12 +211,7 @@ class _RestAdmin:
     """The admin REST API (:class:`PulsarAdminRest`): no Java, no distribution."""
 
     def __init__(self, admin_url: str, auth: ClusterAuth) -> None:
-        self.rest = PulsarAdminRest(
-            admin_url=admin_url,
-            headers=auth.admin_headers(),
-            verify=auth.requests_verify(),
-            cert=auth.admin_client_cert(),
-        )
+        self.rest = PulsarAdminRest.with_auth(admin_url, auth)
 
     def exists(self, fqn: Fqn) -> bool:
         return self.rest.function_exists(fqn)

@@ -28,6 +28,7 @@ import requests
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from pulsar_state.admin import refusal_reason
+from pulsar_state.cluster_auth import ClusterAuth
 from pulsar_state.deploy.errors import PulsarAdminError
 from pulsar_state.errors import AdminUnreachableError, ConfigurationError
 
@@ -74,6 +75,16 @@ class PulsarAdminRest:
             self._session.cert = cert
         self._timeout_s = timeout_s
         self._retry_s = retry_s
+
+    @classmethod
+    def with_auth(cls, admin_url: str, auth: ClusterAuth) -> PulsarAdminRest:
+        """A client authenticating and trusting TLS as ``auth`` says (the CLI's options)."""
+        return cls(
+            admin_url=admin_url,
+            headers=auth.admin_headers(),
+            verify=auth.requests_verify(),
+            cert=auth.admin_client_cert(),
+        )
 
     def close(self) -> None:
         self._session.close()
