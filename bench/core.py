@@ -1,6 +1,7 @@
 """``make bench-core``: the state core against raw Pulsar, in one run on one broker.
 
-1. sync ``PulsarMap.put`` vs sync ``producer.send`` (ops/s, goal ratio >= 0.8);
+1. sync ``PulsarMap.put`` vs sync ``producer.send`` (ops/s, goal ratio >= 0.8; p50
+   and p99 latency of each; and the put completed on the tail, for comparison);
 2. many concurrent ``put`` (group commit) vs ``send_async`` with batching (goal >= 0.7);
 3. caught-up ``get(latest=True)`` vs one ``consumer.get_last_message_id()``
    (latency, goal ratio <= 1.5).
@@ -14,13 +15,14 @@ from __future__ import annotations
 
 import argparse
 import threading
+import time
 import uuid
 from functools import partial
 
 import pulsar
 
 from bench.common import Comparison, broker, timed, write_report
-from pulsar_state import PulsarMap
+from pulsar_state import PulsarMap, StateConfig
 from pulsar_state.topic_names import full_topic_name
 
 
@@ -28,9 +30,16 @@ def _topic(prefix: str) -> str:
     return full_topic_name(f"bench-{prefix}-{uuid.uuid4().hex[:8]}")
 
 
-def _raw_sync(producer: pulsar.Producer, n: int) -> None:
+def _raw_sync(producer: pulsar.Producer, n: int, latencies: list[float]) -> None:
     for i in range(n):
+        start = time.perf_counter()
         producer.send(str(i).encode(), partition_key=f"k{i % 1000}")
+        latencies.append(time.perf_counter() - start)
+
+
+def _percentile_us(latencies: list[float], q: float) -> float:
+    ordered = sorted(latencies)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e6
 
 
 def _raw_many(producer: pulsar.Producer, n: int) -> None:
@@ -124,7 +133,31 @@ def main() -> None:
         True,
         reference_name="send_async + batching",
     )
-    recorded = [sync, many, latest, round_trip, many_round_trip, sync_bound, many_bound]
+    sync_p50 = Comparison(
+        "sync put latency p50", "µs", "(context)", False, reference_name="producer.send p50"
+    )
+    sync_p99 = Comparison(
+        "sync put latency p99", "µs", "(context)", False, reference_name="producer.send p99"
+    )
+    on_ack = Comparison(
+        "sync put: completed at the ack vs on the tail",
+        "ops/s",
+        "(context)",
+        True,
+        reference_name="commit_on_ack=False",
+    )
+    recorded = [
+        sync,
+        sync_p50,
+        sync_p99,
+        on_ack,
+        many,
+        latest,
+        round_trip,
+        many_round_trip,
+        sync_bound,
+        many_bound,
+    ]
     with broker() as (service_url, admin_url):
         client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
         try:
@@ -135,12 +168,19 @@ def main() -> None:
                     for i in range(200):  # warm up
                         m.put(f"w{i}", i).result()
 
-                    def ours_sync() -> None:
+                    put_latencies: list[float] = []
+
+                    def ours_sync(latencies: list[float] = put_latencies) -> None:
                         for i in range(args.sync_ops):
+                            start = time.perf_counter()
                             m.put(f"k{i % 1000}", i).result()
+                            latencies.append(time.perf_counter() - start)
 
                     sync.ours.append(args.sync_ops / timed(ours_sync))
                     round_trip.ours.append(sync.ours[-1])
+                    on_ack.ours.append(sync.ours[-1])
+                    sync_p50.ours.append(_percentile_us(put_latencies, 0.5))
+                    sync_p99.ours.append(_percentile_us(put_latencies, 0.99))
 
                     def ours_many() -> None:
                         futures = [m.put(f"k{i % 1000}", i) for i in range(args.async_ops)]
@@ -156,13 +196,29 @@ def main() -> None:
 
                     latest.ours.append(timed(ours_latest) / args.reads * 1e6)
 
+                tail_config = StateConfig(commit_on_ack=False)
+                with PulsarMap[str, int](
+                    client, _topic("map-tail"), admin_url=admin_url, config=tail_config
+                ) as tail:
+                    for i in range(200):  # warm up
+                        tail.put(f"w{i}", i).result()
+
+                    def tail_sync() -> None:
+                        for i in range(args.sync_ops):
+                            tail.put(f"k{i % 1000}", i).result()
+
+                    on_ack.reference.append(args.sync_ops / timed(tail_sync))
                 raw_topic = _topic("raw")
                 producer = client.create_producer(raw_topic)
                 for _ in range(200):
                     producer.send(b"warm")
+                send_latencies: list[float] = []
                 sync.reference.append(
-                    args.sync_ops / timed(partial(_raw_sync, producer, args.sync_ops))
+                    args.sync_ops
+                    / timed(partial(_raw_sync, producer, args.sync_ops, send_latencies))
                 )
+                sync_p50.reference.append(_percentile_us(send_latencies, 0.5))
+                sync_p99.reference.append(_percentile_us(send_latencies, 0.99))
                 producer.close()
                 batched = client.create_producer(
                     _topic("raw-async"), batching_enabled=True, block_if_queue_full=True
@@ -216,17 +272,19 @@ def main() -> None:
         """
 Same broker (the embedded Pulsar 4.0.8 standalone unless `PULSAR_SERVICE_URL` is
 set), same client process, ours and the reference alternating in each round.
-A `PulsarMap.put` is one entry (the op and its commit marker) published by the
-exclusive writer and complete once the writer's own tailer has applied it
-(read-your-writes); `producer.send` only waits for the broker's ack.
-Throughput ratios are ours / reference (higher is better); the latency ratio is
-ours / reference (lower is better). The context rows put the puts against
-their true floor: a raw send followed by receiving that message back on a
-consumer (and, for concurrent puts, batched sends while a consumer receives
-them all), which is what a put with read-your-writes must wait for (the write
-is only known to count once the log, read in order, shows it not fenced). The
-last two rows measure that floor against the goals' references with no code of
-ours at all: they bound what any read-your-writes put can reach on this host.
+A `PulsarMap.put` is one message published by the exclusive writer (the
+product's defaults: adaptive access mode, commit on the broker's
+acknowledgement). It completes at the broker's ack when the entry directly
+follows the writer's previous one, the writer applying it to its own state
+(read-your-writes kept); otherwise once the writer's tailer has applied it.
+`producer.send` only waits for the broker's ack. Throughput ratios are ours /
+reference (higher is better); latency ratios are ours / reference (lower is
+better); p50 and p99 are per put and per send within each round. "Completed at
+the ack vs on the tail" compares the default with `commit_on_ack=False` in the
+same round. The read-your-writes rows compare the puts with a raw send
+followed by receiving that message back on a consumer (what a put completed on
+the tail must wait for); the last two rows measure that against the goals'
+references with no code of ours at all.
 """,
     )
     print(path.read_text())
