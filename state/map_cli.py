@@ -97,15 +97,20 @@ def _open_map(ctx: click.Context, topic: str | None = None) -> Iterator[PulsarMa
 def _read_map(ctx: click.Context, topic: str | None = None) -> dict[str, Any]:
     """The map's latest content, read-only (see the module docstring)."""
     view: TopicView[dict[str, Any], MapOp[str, Any]]
-    with read_only_view(
-        {**ctx.obj, "topic": topic or _group_topic(ctx)},
-        timeout_s=ctx.obj["timeout"],
-        errors=_errors,
-        codec=_MapCodec(StrKeySerde(), JsonSerde()),
-        initializer=dict,
-        applier=_apply,
-    ) as view:
-        return view.catch_up()
+    # a big map takes a while to replay: count its messages on a terminal
+    with (
+        read_only_view(
+            {**ctx.obj, "topic": topic or _group_topic(ctx)},
+            timeout_s=ctx.obj["timeout"],
+            errors=_errors,
+            codec=_MapCodec(StrKeySerde(), JsonSerde()),
+            initializer=dict,
+            applier=_apply,
+        ) as view,
+        tqdm(unit="msgs", file=sys.stderr, disable=not sys.stderr.isatty(), leave=False) as bar,
+    ):
+        bar.set_description(f"reading {view.topic}")
+        return view.catch_up(on_progress=lambda n: bar.update(n - bar.n))
 
 
 def _user_key(_ctx: click.Context, _param: click.Parameter, value: str) -> str:

@@ -90,19 +90,24 @@ class TopicView(Generic[S, Op]):
         """The state as replayed so far (only this view's thread changes it)."""
         return self._replay.state
 
-    def catch_up(self) -> S:
+    def catch_up(self, *, on_progress: Callable[[int], object] | None = None) -> S:
         """Read through the topic's last message as of now; the state there.
 
         Bounded by ``timeout_s``: a topic that does not deliver its tail in
-        time raises :class:`OperationTimeoutError`.
+        time raises :class:`OperationTimeoutError`. ``on_progress(n)`` is told
+        the messages read so far, every 1000 messages (a progress display).
         """
         deadline = time.monotonic() + self.timeout_s
+        read = 0
         try:
             while self._reader.has_message_available():
                 left_ms = int((deadline - time.monotonic()) * 1000)
                 if left_ms <= 0:
                     raise pulsar.Timeout()
                 self._replay.feed(self._reader.read_next(timeout_millis=left_ms))
+                read += 1
+                if on_progress is not None and read % 1000 == 0:
+                    on_progress(read)
         except pulsar.Timeout:
             raise OperationTimeoutError(
                 f"reading {self.topic} through its last message took over {self.timeout_s:.0f}s"

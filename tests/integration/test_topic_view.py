@@ -83,3 +83,19 @@ def test_a_view_refuses_a_partitioned_topic(
     assert created.status_code in (200, 204), created.text
     with pytest.raises(StateTopicError, match="partitioned"):
         _view(client, pulsar_endpoint, topic)
+
+
+def test_catching_up_reports_its_progress(
+    pulsar_endpoint: PulsarEndpoint, client: pulsar.Client
+) -> None:
+    """What the CLI's progress display of a big map's replay is fed."""
+    topic = unique_topic("view-progress")
+    with PulsarMap[str, Any](client, topic, admin_url=pulsar_endpoint.admin_url) as m:
+        # 2,500 messages: a put_all of n keys is n op messages and one commit
+        for start in range(0, 2499, 833):
+            m.put_all({f"k{i}": i for i in range(start, start + 832)}).result(30)
+        expected = m.items(latest=True).result(30)
+    seen: list[int] = []
+    with _view(client, pulsar_endpoint, topic) as view:
+        assert view.catch_up(on_progress=seen.append) == expected
+    assert seen == [1000, 2000], seen
