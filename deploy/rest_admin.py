@@ -13,13 +13,16 @@ function's code as the ``data`` part (a file, whose name tells the worker a
 A refused call raises :class:`~pulsar_state.deploy.errors.PulsarAdminError`
 with the HTTP status and the worker's ``reason``; an unreachable cluster
 :class:`~pulsar_state.errors.AdminUnreachableError`. Reads are retried on
-connection errors and 5xx for ``retry_s``; a create or update is sent once.
+connection errors and 5xx for ``retry_s``; a create, update or delete is sent
+again only while the worker answers 503 (not ready: nothing was done), for
+``ready_wait_s``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -59,12 +62,16 @@ class PulsarAdminRest:
         cert: tuple[str, str] | None = None,
         timeout_s: float = 180.0,
         retry_s: float = 30.0,
+        ready_wait_s: float = 120.0,
     ) -> None:
         """``headers``: authentication (``ClusterAuth.admin_headers()``); ``verify`` and
         ``cert``: TLS trust and client certificate as ``requests`` takes them;
-        ``timeout_s`` bounds one call (an upload of a large package included)."""
+        ``timeout_s`` bounds one call (an upload of a large package included);
+        ``ready_wait_s``: how long a write waits for a worker answering 503."""
         if not admin_url.startswith(("http://", "https://")):
             raise ConfigurationError(f"admin_url must be an http(s) URL, got {admin_url!r}")
+        if ready_wait_s < 0:
+            raise ValueError(f"ready_wait_s must be >= 0, got {ready_wait_s}")
         if timeout_s <= 0 or retry_s < 0:
             raise ValueError(f"timeout_s must be > 0 and retry_s >= 0, got {timeout_s}, {retry_s}")
         self.admin_url = admin_url.rstrip("/")
@@ -75,6 +82,7 @@ class PulsarAdminRest:
             self._session.cert = cert
         self._timeout_s = timeout_s
         self._retry_s = retry_s
+        self._ready_wait_s = ready_wait_s
 
     @classmethod
     def with_auth(cls, admin_url: str, auth: ClusterAuth) -> PulsarAdminRest:
@@ -151,13 +159,45 @@ class PulsarAdminRest:
             body["py"] = code.name
         what = [method, "functions", "/".join(fqn)]
         log.info("%s %s with %s (%d bytes)", method, "/".join(fqn), code.name, code.stat().st_size)
-        with code.open("rb") as data:
-            files = {
-                "data": (code.name, data, "application/octet-stream"),
-                "functionConfig": (None, json.dumps(body), "application/json"),
-            }
-            resp = self._send(method, self._path("functions", fqn), files=files)
-        self._check(resp, what)
+
+        def send() -> requests.Response:
+            with code.open("rb") as data:
+                files = {
+                    "data": (code.name, data, "application/octet-stream"),
+                    "functionConfig": (None, json.dumps(body), "application/json"),
+                }
+                return self._send(method, self._path("functions", fqn), files=files)
+
+        self._check(self._unless_unavailable(send, what), what)
+
+    def _unless_unavailable(
+        self, send: Callable[[], requests.Response], what: list[str]
+    ) -> requests.Response:
+        """``send()``, again while the worker answers 503, for ``ready_wait_s``.
+
+        A functions worker answers 503 ("Leader not yet ready", "Function worker
+        service is not done initializing") before it takes a request, for a while
+        after it starts: nothing was done, so sending again is safe.
+        """
+
+        def attempt() -> requests.Response:
+            resp = send()
+            if resp.status_code == 503:
+                log.info("%s: %s; retrying", " ".join(what), _admin_reason(resp))
+                raise _TransientError(f"503: {_admin_reason(resp)}")
+            return resp
+
+        try:
+            return Retrying(
+                retry=retry_if_exception_type(_TransientError),
+                stop=stop_after_delay(self._ready_wait_s),
+                wait=wait_exponential(multiplier=0.2, max=3),
+                reraise=True,
+            )(attempt)
+        except _TransientError as exc:
+            raise PulsarAdminError(
+                what, 503, f"not ready within {self._ready_wait_s:.0f}s: {exc}"
+            ) from exc
 
     def create_function(self, *, fqn: Fqn, config: dict[str, Any], code: Path) -> None:
         """Register ``fqn`` with ``config`` (a ``FunctionConfig`` mapping) and ``code``."""
@@ -182,10 +222,13 @@ class PulsarAdminRest:
 
     def delete_function(self, fqn: Fqn) -> bool:
         """Delete ``fqn``; ``False`` if it was not there."""
-        resp = self._send("DELETE", self._path("functions", fqn))
+        what = ["DELETE", "functions", "/".join(fqn)]
+        resp = self._unless_unavailable(
+            lambda: self._send("DELETE", self._path("functions", fqn)), what
+        )
         if resp.status_code == 404:
             return False
-        self._check(resp, ["DELETE", "functions", "/".join(fqn)])
+        self._check(resp, what)
         return True
 
     def delete_packages(self, fqn: Fqn) -> list[str]:
