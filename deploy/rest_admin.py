@@ -168,10 +168,22 @@ class PulsarAdminRest:
                 }
                 return self._send(method, self._path("functions", fqn), files=files)
 
-        self._check(self._unless_unavailable(send, what), what)
+        # a create refused with 503 may have stored its package already (seen:
+        # the resent create then failed "Package ... metadata already exists");
+        # the function does not exist yet, so what is stored under its name is
+        # that half-done attempt's: remove it before sending again
+        def before_retry() -> None:
+            if method == "POST":
+                self.delete_packages(fqn)
+
+        self._check(self._unless_unavailable(send, what, before_retry=before_retry), what)
 
     def _unless_unavailable(
-        self, send: Callable[[], requests.Response], what: list[str]
+        self,
+        send: Callable[[], requests.Response],
+        what: list[str],
+        *,
+        before_retry: Callable[[], object] | None = None,
     ) -> requests.Response:
         """``send()``, again while the worker answers 503, for ``ready_wait_s``.
 
@@ -180,7 +192,13 @@ class PulsarAdminRest:
         after it starts: nothing was done, so sending again is safe.
         """
 
+        attempts = 0
+
         def attempt() -> requests.Response:
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1 and before_retry is not None:
+                before_retry()
             resp = send()
             if resp.status_code == 503:
                 log.info("%s: %s; retrying", " ".join(what), _admin_reason(resp))

@@ -8,6 +8,7 @@ answers as that worker does (the client's retry logic, no broker).
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,26 +22,43 @@ from pulsar_state.deploy.rest_admin import PulsarAdminRest
 
 
 class _Worker(BaseHTTPRequestHandler):
+    """Answers as Pulsar 4.0.8's worker did: a create refused with 503 has stored
+    its code package already, and a create finding it answers 500."""
+
     not_ready = 2  # answers before the worker takes requests
     calls: ClassVar[list[str]] = []
+    packages: ClassVar[set[str]] = set()
 
-    def _answer(self) -> None:
-        length = int(self.headers.get("Content-Length", 0))
-        self.rfile.read(length)
-        type(self).calls.append(self.command)
-        if type(self).not_ready > 0:
-            type(self).not_ready -= 1
-            body = b'{"reason": "Leader not yet ready. Please retry again"}'
-            self.send_response(503)
-        else:
-            body = b""
-            self.send_response(204)
+    def _reply(self, status: int, body: bytes = b"") -> None:
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
-    do_POST = do_DELETE = _answer  # noqa: N815 (http.server's names)
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length", 0))
+        self.rfile.read(length)
+        type(self).calls.append(f"{self.command} {self.path.split('/')[3]}")
+        if self.path.startswith("/admin/v3/packages/"):
+            if self.command == "GET":
+                self._reply(200, json.dumps(sorted(type(self).packages)).encode())
+            else:
+                type(self).packages.discard(self.path.rsplit("/", 1)[1])
+                self._reply(204)
+            return
+        if self.command == "POST" and type(self).packages:
+            self._reply(500, b'{"reason": "Package metadata already exists"}')
+            return
+        if type(self).not_ready > 0:
+            type(self).not_ready -= 1
+            if self.command == "POST":
+                type(self).packages.add("0")
+            self._reply(503, b'{"reason": "Leader not yet ready. Please retry again"}')
+            return
+        self._reply(204)
+
+    do_GET = do_POST = do_DELETE = _answer  # noqa: N815 (http.server's names)
 
     def log_message(self, *args: object) -> None:
         pass
@@ -49,6 +67,7 @@ class _Worker(BaseHTTPRequestHandler):
 @pytest.fixture
 def worker() -> Iterator[str]:
     _Worker.calls = []
+    _Worker.packages = set()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Worker)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -65,7 +84,17 @@ def test_a_create_waits_while_the_worker_is_not_ready(worker: str, tmp_path: Pat
     code.write_text("def f(x):\n    return x\n")
     admin = PulsarAdminRest(admin_url=worker, ready_wait_s=30)
     admin.create_function(fqn=("public", "default", "f"), config={}, code=code)
-    assert _Worker.calls == ["POST", "POST", "POST"]  # before the fix: one, then an error
+    # before the fix: one POST, then the 503 as an error; then, resending, the
+    # package the refused create had stored made it fail "already exists"
+    assert _Worker.calls == [
+        "POST functions",
+        "GET packages",
+        "DELETE packages",
+        "POST functions",
+        "GET packages",
+        "DELETE packages",
+        "POST functions",
+    ]
     _Worker.not_ready = 1
     assert admin.delete_function(("public", "default", "f")) is True
 
