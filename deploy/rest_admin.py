@@ -28,7 +28,13 @@ from typing import Any
 from urllib.parse import quote
 
 import requests
-from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from pulsar_state.admin import refusal_reason
 from pulsar_state.cluster_auth import ClusterAuth
@@ -48,6 +54,28 @@ def _admin_reason(resp: requests.Response) -> str:
 
 class _TransientError(Exception):
     pass
+
+
+def _while_transient(
+    attempt: Callable[[], requests.Response],
+    *,
+    within_s: float,
+    between: Callable[[], object] | None = None,
+) -> requests.Response:
+    """``attempt()``, again with backoff while it raises :class:`_TransientError`,
+    for ``within_s``; ``between()`` runs before each new attempt."""
+
+    def before_sleep(_state: RetryCallState) -> None:
+        if between is not None:
+            between()
+
+    return Retrying(
+        retry=retry_if_exception_type(_TransientError),
+        stop=stop_after_delay(within_s),
+        wait=wait_exponential(multiplier=0.2, max=3),
+        before_sleep=before_sleep,
+        reraise=True,
+    )(attempt)
 
 
 class PulsarAdminRest:
@@ -132,12 +160,7 @@ class PulsarAdminRest:
             return resp
 
         try:
-            return Retrying(
-                retry=retry_if_exception_type(_TransientError),
-                stop=stop_after_delay(self._retry_s),
-                wait=wait_exponential(multiplier=0.2, max=3),
-                reraise=True,
-            )(attempt)
+            return _while_transient(attempt, within_s=self._retry_s)
         except _TransientError as exc:
             raise AdminUnreachableError(
                 f"the Pulsar admin API at {self.admin_url} did not answer GET {path} "
@@ -192,13 +215,7 @@ class PulsarAdminRest:
         after it starts: nothing was done, so sending again is safe.
         """
 
-        attempts = 0
-
         def attempt() -> requests.Response:
-            nonlocal attempts
-            attempts += 1
-            if attempts > 1 and before_retry is not None:
-                before_retry()
             resp = send()
             if resp.status_code == 503:
                 log.info("%s: %s; retrying", " ".join(what), _admin_reason(resp))
@@ -206,12 +223,7 @@ class PulsarAdminRest:
             return resp
 
         try:
-            return Retrying(
-                retry=retry_if_exception_type(_TransientError),
-                stop=stop_after_delay(self._ready_wait_s),
-                wait=wait_exponential(multiplier=0.2, max=3),
-                reraise=True,
-            )(attempt)
+            return _while_transient(attempt, within_s=self._ready_wait_s, between=before_retry)
         except _TransientError as exc:
             raise PulsarAdminError(
                 what, 503, f"not ready within {self._ready_wait_s:.0f}s: {exc}"
