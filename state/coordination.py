@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from enum import Enum
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from pulsar_state import futures
 from pulsar_state.errors import (
@@ -134,20 +134,23 @@ class ResourceLock(Generic[T]):
         The delete is conditional on the node's owner and token, checked
         atomically by the store: a holder that lost its node never deletes the
         node of the next holder."""
-        fut: Future[None] = Future()
 
-        def done(f: Future[None]) -> None:
-            exc = f.exception()
+        def deleted(_: None) -> None:
             self._service._forget(self)
-            if exc is not None and not isinstance(exc, NotFoundError | BadVersionError):
-                futures.set_exception(fut, exc)
-            else:
-                futures.set_result(fut, None)
 
-        self._service.store.delete(
-            self.path, expected_owner=self.owner, expected_token=self.fencing_token
-        ).add_done_callback(done)
-        return fut
+        def gone(exc: BaseException) -> None:
+            self._service._forget(self)
+            if not isinstance(exc, NotFoundError | BadVersionError):
+                raise exc
+            # the node is gone, or is another session's (not ours to delete)
+
+        return futures.then(
+            self._service.store.delete(
+                self.path, expected_owner=self.owner, expected_token=self.fencing_token
+            ),
+            deleted,
+            recover=gone,
+        )
 
 
 class CoordinationService(Generic[T]):
@@ -180,19 +183,21 @@ class CoordinationService(Generic[T]):
         data = self.serde.serialize(content)
         result: Future[ResourceLock[T]] = Future()
 
-        def done(f: Future[Any]) -> None:
-            exc = f.exception()
+        def settle(written: Future[Stat]) -> None:
+            exc = written.exception()
             if isinstance(exc, BadVersionError):
+                # the node exists: our own suspended lock's is taken over, off this thread
                 try:
-                    self._revalidator.submit(self._take_own_node, path, data, content, result)
+                    taken = self._revalidator.submit(self._take_own_node, path, data, content)
                 except RuntimeError:  # closed
-                    result.set_exception(ResourceBusyError(path))
+                    raise ResourceBusyError(path) from exc
+                futures.chain(taken, result)
             elif exc is not None:
-                result.set_exception(exc)
+                raise exc
             else:
-                result.set_result(self._register(path, content, f.result()))
+                futures.set_result(result, self._register(path, content, written.result()))
 
-        self.store.put(path, data, -1, ephemeral=True).add_done_callback(done)
+        futures.on_done(self.store.put(path, data, -1, ephemeral=True), result, settle)
         return result
 
     def _register(self, path: str, content: T, stat: Stat) -> ResourceLock[T]:
@@ -211,47 +216,39 @@ class CoordinationService(Generic[T]):
         self._check(lock)
         return lock
 
-    def _take_own_node(
-        self, path: str, data: bytes, content: T, result: Future[ResourceLock[T]]
-    ) -> None:
+    def _take_own_node(self, path: str, data: bytes, content: T) -> ResourceLock[T]:
+        """Take over the node at ``path`` if it is our own suspended lock's.
+
+        Raises ResourceBusyError for any other node (another service's, or one
+        a put made), and when the node changes meanwhile.
+        """
+        with self._lock:
+            mine = self._held.get(path)
+        node = self.store.get(path, latest=True).result(timeout=_READ_TIMEOUT_S)
+        # only the node of our own suspended lock (its session lost, not
+        # yet revalidated); never one another service or a put made
+        if mine is None or mine.held or mine.lost.done() or node is None:
+            raise ResourceBusyError(path)
+        if node.stat.owner != self.store.session_id:
+            raise ResourceBusyError(path)
         try:
-            with self._lock:
-                mine = self._held.get(path)
-            node = self.store.get(path, latest=True).result(timeout=_READ_TIMEOUT_S)
-            # only the node of our own suspended lock (its session lost, not
-            # yet revalidated); never one another service or a put made
-            if mine is None or mine.held or mine.lost.done() or node is None:
-                raise ResourceBusyError(path)
-            if node.stat.owner != self.store.session_id:
-                raise ResourceBusyError(path)
             stat = self.store.put(path, data, node.stat.version, ephemeral=True).result(
                 timeout=_READ_TIMEOUT_S
             )
-        except BadVersionError:
-            futures.set_exception(result, ResourceBusyError(path))
-        except BaseException as exc:
-            futures.set_exception(result, exc)
-        else:
-            log.info("took over the lock %s left by this session", path)
-            futures.set_result(result, self._register(path, content, stat))
+        except BadVersionError as exc:
+            raise ResourceBusyError(path) from exc
+        log.info("took over the lock %s left by this session", path)
+        return self._register(path, content, stat)
 
     def read_lock(self, path: str) -> Future[T | None]:
         """The content of the lock at ``path``, ``None`` if free."""
         return self._get_content(path)
 
     def _get_content(self, path: str) -> Future[T | None]:
-        result: Future[T | None] = Future()
-
-        def done(f: Future[Any]) -> None:
-            exc = f.exception()
-            if exc is not None:
-                result.set_exception(exc)
-            else:
-                got = f.result()
-                result.set_result(None if got is None else self.serde.deserialize(got.value))
-
-        self.store.get(path).add_done_callback(done)
-        return result
+        return futures.then(
+            self.store.get(path),
+            lambda got: None if got is None else self.serde.deserialize(got.value),
+        )
 
     def list_locks(self, path: str) -> Future[list[str]]:
         """The locks held under ``path`` (its children)."""

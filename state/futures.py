@@ -8,15 +8,29 @@ that awaits it (:func:`asyncio.wrap_future` cancels the core's future then).
 would fail other callers' writes or stop the thread. So the core completes
 futures only through these helpers, which skip a future that is done, also
 when another thread cancels it between the check and the completion.
+
+The same helpers chain one future into another (:func:`chain`, :func:`then`,
+mapping the result or the error on the way) and bound a future by a deadline
+(:func:`fail_after`), so no module hand-writes its own done-callbacks.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, TypeVar, cast
 
-__all__ = ["chain", "run_into", "set_exception", "set_result"]
+__all__ = [
+    "chain",
+    "fail_after",
+    "failed",
+    "on_done",
+    "run_into",
+    "set_exception",
+    "set_result",
+    "then",
+]
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -55,13 +69,53 @@ def run_into(future: Future[T], fn: Callable[[], T]) -> bool:
     return set_result(future, value)
 
 
-def chain(source: Future[S], target: Future[T], transform: Callable[[S], T] | None = None) -> None:
+def failed(exc: BaseException) -> Future[Any]:
+    """A future already failed with ``exc`` (an error found before any work began)."""
+    future: Future[Any] = Future()
+    future.set_exception(exc)
+    return future
+
+
+def chain(
+    source: Future[S],
+    target: Future[T],
+    transform: Callable[[S], T] | None = None,
+    *,
+    recover: Callable[[BaseException], T] | None = None,
+) -> None:
     """Complete ``target`` from ``source`` once that is done.
 
-    ``target`` gets ``source``'s exception, or ``transform(result)`` (the result
-    itself without a transform; what ``transform`` raises fails ``target``). A
-    cancelled ``source`` cancels ``target``; a ``target`` that is done already
-    (cancelled by its caller, or timed out) is left alone.
+    ``target`` gets ``transform(result)`` (the result itself without a
+    transform), or ``source``'s exception; with ``recover``, ``target`` gets
+    ``recover(exception)`` instead (it re-raises what it does not map). What
+    ``transform`` or ``recover`` raises fails ``target``. A cancelled
+    ``source`` cancels ``target``; a ``target`` that is done already
+    (cancelled by its caller, or timed out) is left alone, and neither
+    function runs then.
+    """
+
+    def complete(finished: Future[S]) -> None:
+        exc = finished.exception()
+        if exc is not None:
+            if recover is None:
+                set_exception(target, exc)
+            else:
+                run_into(target, lambda: recover(exc))
+        elif transform is None:
+            set_result(target, cast("T", finished.result()))
+        else:
+            run_into(target, lambda: transform(finished.result()))
+
+    on_done(source, target, complete)
+
+
+def on_done(source: Future[S], target: Future[Any], fn: Callable[[Future[S]], None]) -> None:
+    """Call ``fn(source)`` once ``source`` is done, for ``fn`` to complete ``target``.
+
+    Skipped when ``target`` is done already (cancelled by its caller, timed
+    out); a cancelled ``source`` cancels ``target``; what ``fn`` raises fails
+    ``target``. For the cases :func:`chain` does not cover, e.g. an error
+    that hands ``target`` on to another future.
     """
 
     def done(finished: Future[S]) -> None:
@@ -70,12 +124,43 @@ def chain(source: Future[S], target: Future[T], transform: Callable[[S], T] | No
         if finished.cancelled():
             target.cancel()
             return
-        exc = finished.exception()
-        if exc is not None:
+        try:
+            fn(finished)
+        except BaseException as exc:  # the caller gets every error, on every surface
             set_exception(target, exc)
-        elif transform is None:
-            set_result(target, cast("T", finished.result()))
-        else:
-            run_into(target, lambda: transform(finished.result()))
 
     source.add_done_callback(done)
+
+
+def then(
+    source: Future[S],
+    transform: Callable[[S], T],
+    *,
+    recover: Callable[[BaseException], T] | None = None,
+) -> Future[T]:
+    """A new future of ``transform(source's result)``, completed as :func:`chain` does.
+
+    Cancelling the new future (e.g. its awaiting asyncio task) leaves
+    ``source`` alone: a write it stands for is not undone.
+    """
+    target: Future[T] = Future()
+    chain(source, target, transform, recover=recover)
+    return target
+
+
+def fail_after(
+    future: Future[Any], timeout_s: float, error: Callable[[], BaseException]
+) -> threading.Timer | None:
+    """Fail ``future`` with ``error()`` unless it is done within ``timeout_s``.
+
+    A daemon timer waits (no thread of the caller's); it is cancelled as soon
+    as ``future`` completes by other means. Returns the timer, or ``None``
+    when ``future`` is done already (nothing to bound).
+    """
+    if future.done():
+        return None
+    timer = threading.Timer(timeout_s, lambda: set_exception(future, error()))
+    timer.daemon = True
+    future.add_done_callback(lambda _: timer.cancel())
+    timer.start()
+    return timer

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -50,12 +49,6 @@ log = logging.getLogger(__name__)
 S = TypeVar("S")
 Op = TypeVar("Op")
 R = TypeVar("R")
-
-
-def _expire(result: Future[Any], target: Position, timeout: float) -> None:
-    futures.set_exception(
-        result, OperationTimeoutError(f"local state did not reach {target} within {timeout:.1f}s")
-    )
 
 
 class SharedStateManager(Generic[S, Op]):
@@ -229,13 +222,17 @@ class SharedStateManager(Generic[S, Op]):
             if self._tailer.applied.covers(last):  # caught up: read at once
                 self._complete_with_read(reader, result)
                 return
-            applied = self._tailer.when_applied(last)
-            if not applied.done():  # lagging: bound the wait by the timeout
-                timer = threading.Timer(timeout, _expire, (result, last, timeout))
-                timer.daemon = True
-                timer.start()
-                applied.add_done_callback(lambda _: timer.cancel())
-            applied.add_done_callback(self._reader_then(reader, result))
+            futures.chain(
+                self._tailer.when_applied(last), result, lambda _: self._read_state(reader)
+            )
+            # lagging: bound the wait by the timeout (nothing to bound if read already)
+            futures.fail_after(
+                result,
+                timeout,
+                lambda: OperationTimeoutError(
+                    f"local state did not reach {last} within {timeout:.1f}s"
+                ),
+            )
 
         try:
             self._tailer.ask_last_position(on_last, timeout)
@@ -250,8 +247,7 @@ class SharedStateManager(Generic[S, Op]):
             self._tailer.catch_up(timeout)
         if target is not None:
             self._tailer.wait_applied(target, timeout)
-        with self._tailer.lock:
-            return reader(self._tailer.state)
+        return self._read_state(reader)
 
     # -- writes ---------------------------------------------------------------
 
@@ -274,37 +270,16 @@ class SharedStateManager(Generic[S, Op]):
         written = self._writer.submit(generator, blind=blind)
         if reader is None:
             return written
-        result: Future[Any] = Future()
-        written.add_done_callback(self._reader_then(reader, result))
-        return result
+        return futures.then(written, lambda _position: self._read_state(reader))
 
-    def _reader_then(
-        self, reader: Callable[[S], R], result: Future[R]
-    ) -> Callable[[Future[Position]], None]:
-        """A done-callback that completes ``result`` with ``reader(state)`` (or the error)."""
-
-        def run(done: Future[Position]) -> None:
-            if result.done():  # timed out or cancelled already
-                return
-            if done.cancelled():
-                result.cancel()
-                return
-            exc = done.exception()
-            if exc is not None:
-                futures.set_exception(result, exc)
-            else:
-                self._complete_with_read(reader, result)
-
-        return run
+    def _read_state(self, reader: Callable[[S], R]) -> R:
+        """``reader(state)``, run under the state lock."""
+        with self._tailer.lock:
+            return reader(self._tailer.state)
 
     def _complete_with_read(self, reader: Callable[[S], R], result: Future[R]) -> None:
-        """Complete ``result`` with ``reader(state)``, run under the state lock, or its error."""
-
-        def read() -> R:
-            with self._tailer.lock:
-                return reader(self._tailer.state)
-
-        futures.run_into(result, read)
+        """Complete ``result`` with ``reader(state)``, or with what it raised."""
+        futures.run_into(result, lambda: self._read_state(reader))
 
     # -- introspection --------------------------------------------------------
 

@@ -16,6 +16,7 @@ import uuid
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from pulsar_state import futures
 from pulsar_state.errors import StateClosedError
 from pulsar_state.metadata_base import BaseMetadataStore
 from pulsar_state.metadata_state import (
@@ -55,15 +56,15 @@ class MemoryMetadataStore(BaseMetadataStore):
         return MemoryMetadataStore(shared=self._shared)
 
     def _run(self, fn: Any) -> Future[Any]:
-        fut: Future[Any] = Future()
         if self._closed:
-            fut.set_exception(StateClosedError("the metadata store is closed"))
-            return fut
-        try:
+            return futures.failed(StateClosedError("the metadata store is closed"))
+        fut: Future[Any] = Future()
+
+        def locked() -> Any:
             with self._shared.lock:
-                fut.set_result(fn())
-        except BaseException as exc:
-            fut.set_exception(exc)
+                return fn()
+
+        futures.run_into(fut, locked)
         return fut
 
     def _apply(self, op: Any) -> None:

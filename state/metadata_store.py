@@ -39,6 +39,7 @@ from concurrent.futures import Future
 
 import pulsar
 
+from pulsar_state import futures
 from pulsar_state.config import DEFAULT_COMPACTION_THRESHOLD_BYTES, StateConfig
 from pulsar_state.errors import (
     ConfigurationError,
@@ -200,12 +201,10 @@ class MetadataStore(BaseMetadataStore):
         else:
             self._check_put(path, value, expected_version)
         if ephemeral and self.session_state is SessionEvent.SESSION_LOST:
-            fut: Future[Stat] = Future()
             try:
                 self._check_session_for(ephemeral)
             except SessionLostError as exc:  # others would delete it at once
-                fut.set_exception(exc)
-            return fut
+                return futures.failed(exc)
         if sequential:
             return self._put_sequential(path, bytes(value), ephemeral)
         data = bytes(value)

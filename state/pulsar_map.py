@@ -235,7 +235,7 @@ class PulsarMap(Generic[K, V]):
             previous["v"] = _copy(state.get(key))
             return [op] if key in state else []
 
-        return self._then(self.manager.write(gen), lambda: previous.get("v"))
+        return futures.then(self.manager.write(gen), lambda _position: previous.get("v"))
 
     def put_if_absent(self, key: K, value: V) -> Future[V | None]:
         """Set ``key`` unless present; the future gives the existing value or ``None``."""
@@ -249,7 +249,7 @@ class PulsarMap(Generic[K, V]):
             existing.pop("v", None)
             return [op]
 
-        return self._then(self.manager.write(gen), lambda: existing.get("v"))
+        return futures.then(self.manager.write(gen), lambda _position: existing.get("v"))
 
     def replace(self, key: K, expected: V, value: V) -> Future[bool]:
         """Set ``key`` to ``value`` only if it currently equals ``expected``."""
@@ -260,7 +260,7 @@ class PulsarMap(Generic[K, V]):
             outcome["ok"] = key in state and state[key] == expected
             return [op] if outcome["ok"] else []
 
-        return self._then(self.manager.write(gen), lambda: outcome["ok"])
+        return futures.then(self.manager.write(gen), lambda _position: outcome["ok"])
 
     def update(self, key: K, fn: Callable[[V | None], V | None]) -> Future[V | None]:
         """Set ``key`` to ``fn(current)`` atomically (``None`` result: delete).
@@ -276,7 +276,7 @@ class PulsarMap(Generic[K, V]):
                 return [self._delete_op(key)] if key in state else []
             return [self._op(key, new)]
 
-        return self._then(self.manager.write(gen), lambda: _copy(result.get("v")))
+        return futures.then(self.manager.write(gen), lambda _position: _copy(result.get("v")))
 
     def update_multiple(
         self, filter: Callable[[K, V], bool], fn: Callable[[K, V], V | None]
@@ -293,7 +293,7 @@ class PulsarMap(Generic[K, V]):
             count["n"] = len(ops)
             return ops
 
-        return self._then(self.manager.write(gen), lambda: count["n"])
+        return futures.then(self.manager.write(gen), lambda _position: count["n"])
 
     def clear(self) -> Future[int]:
         """Delete every key in one atomic write; the future gives how many."""
@@ -303,7 +303,7 @@ class PulsarMap(Generic[K, V]):
             count["n"] = len(state)
             return [self._delete_op(k) for k in state]
 
-        return self._then(self.manager.write(gen), lambda: count["n"])
+        return futures.then(self.manager.write(gen), lambda _position: count["n"])
 
     @overload
     def transact(
@@ -452,16 +452,6 @@ class PulsarMap(Generic[K, V]):
             self.manager.remove_listener(watch.offer)
         with self._watches_lock:
             self._watches.discard(watch)
-
-    @staticmethod
-    def _then(written: Future[Any], value: Callable[[], R]) -> Future[R]:
-        """A future of ``value()`` once ``written`` is done (or of its error).
-
-        Cancelling it (e.g. its awaiting asyncio task) does not undo the write.
-        """
-        result: Future[R] = Future()
-        futures.chain(written, result, lambda _position: value())
-        return result
 
     # -- lifecycle ------------------------------------------------------------
 

@@ -110,3 +110,95 @@ def test_chain_leaves_a_cancelled_target_alone(caplog: pytest.LogCaptureFixture)
     source.set_result(1)  # no InvalidStateError logged by a done-callback
     assert target.cancelled()
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+def test_then_maps_the_result_and_recover_maps_only_the_errors_it_knows() -> None:
+    source: Future[int] = Future()
+    mapped = futures.then(source, lambda v: v + 1)
+
+    def known(exc: BaseException) -> int:
+        if isinstance(exc, KeyError):
+            return -1
+        raise exc
+
+    recovered = futures.then(source, lambda v: v + 1, recover=known)
+    source.set_result(1)
+    assert mapped.result(timeout=1) == 2
+    assert recovered.result(timeout=1) == 2
+
+    missing: Future[int] = Future()
+    gone = futures.then(missing, lambda v: v, recover=known)
+    missing.set_exception(KeyError("k"))
+    assert gone.result(timeout=1) == -1
+
+    broken: Future[int] = Future()
+    other = futures.then(broken, lambda v: v, recover=known)
+    broken.set_exception(ZeroDivisionError())
+    with pytest.raises(ZeroDivisionError):
+        other.result(timeout=1)
+
+    # cancelling the new future leaves its source alone (a write is not undone)
+    kept: Future[int] = Future()
+    dropped = futures.then(kept, lambda v: v)
+    assert dropped.cancel()
+    kept.set_result(5)
+    assert kept.result(timeout=1) == 5
+    assert dropped.cancelled()
+
+
+def test_on_done_hands_the_finished_source_to_fn_and_fails_the_target_on_its_error() -> None:
+    seen: list[int] = []
+    source: Future[int] = Future()
+    target: Future[int] = Future()
+    futures.on_done(source, target, lambda f: seen.append(f.result()))
+    source.set_result(3)
+    assert seen == [3]
+    assert not target.done()  # fn decides when target completes
+
+    def boom(_: Future[int]) -> None:
+        raise ValueError("bad")
+
+    failing: Future[int] = Future()
+    futures.on_done(source, failing, boom)  # source is done: runs at once
+    with pytest.raises(ValueError, match="bad"):
+        failing.result(timeout=1)
+
+    skipped: Future[int] = Future()
+    skipped.cancel()
+    futures.on_done(source, skipped, lambda f: seen.append(-1))
+    assert seen == [3]
+
+    cancelled: Future[int] = Future()
+    follower: Future[int] = Future()
+    futures.on_done(cancelled, follower, lambda f: seen.append(-2))
+    cancelled.cancel()
+    assert follower.cancelled()
+    assert seen == [3]
+
+
+def test_fail_after_fails_a_late_future_and_stops_its_timer_when_it_completes() -> None:
+    late: Future[int] = Future()
+    timer = futures.fail_after(late, 0.05, lambda: TimeoutError("waited 0.05 s for late"))
+    assert timer is not None
+    with pytest.raises(TimeoutError, match="late"):
+        late.result(timeout=5)
+
+    prompt: Future[int] = Future()
+    timer = futures.fail_after(prompt, 30.0, lambda: TimeoutError("prompt"))
+    assert timer is not None and timer.is_alive()
+    prompt.set_result(1)
+    timer.join(timeout=5)  # cancelled on completion: ends well before 30 s
+    assert not timer.is_alive()
+    assert prompt.result() == 1
+
+    done: Future[int] = Future()
+    done.set_result(2)
+    assert futures.fail_after(done, 0.01, lambda: TimeoutError("done")) is None
+    assert done.result() == 2
+
+
+def test_failed_is_a_future_already_failed() -> None:
+    fut = futures.failed(KeyError("k"))
+    assert fut.done()
+    with pytest.raises(KeyError):
+        fut.result()
