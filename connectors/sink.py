@@ -10,7 +10,13 @@ extra).
 Effectively once: each write stores the record's position (ledger, entry,
 batch) for its topic in the same database transaction as the row change, and
 a record at or before the stored position is skipped. Redelivery after a crash
-therefore changes nothing; this needs records of a topic partition in order
+therefore changes nothing; before skipping, the stored position is checked
+against the topic as it is now (:mod:`.topic_incarnation`, one admin call per
+redelivery burst, none for records that move forward): a position of another
+incarnation of the topic (re-created, or a database restored next to another
+cluster) is replaced, with a WARNING, instead of skipping the new records
+(``positionMismatch: reset``, the default; ``fail`` stops on it). This
+needs records of a topic partition in order
 (one active consumer: a failover subscription, ``retainOrdering: true``, or
 the exclusive consumers of a runner group, :mod:`.sink_group`).
 :class:`SinkFunction` refuses to run without in-order delivery, as the
@@ -63,6 +69,11 @@ from pulsar_state.connectors.sql_backend import (
     redact_database,
 )
 from pulsar_state.connectors.sqlite_backend import SqliteBackend
+from pulsar_state.connectors.topic_incarnation import (
+    POSITION_CHECKS,
+    PositionGuard,
+    TopicIncarnationError,
+)
 from pulsar_state.errors import (
     ConfigurationError,
     PoisonRecordError,
@@ -123,12 +134,19 @@ class SqlUpsertSink:
     """Latest value per key in a SQL table, effectively once. See the module docstring.
 
     Config: ``database`` (a SQLite path or a ``postgresql://`` URL), ``table``
-    (a plain identifier, default ``kv``). Opens its connection in ``open``
+    (a plain identifier, default ``kv``), ``adminUrl`` (to check a stored
+    position before skipping, :mod:`.topic_incarnation`), ``positionMismatch``
+    (``reset``, the default, or ``fail``). Opens its connection in ``open``
     (where it runs); not picklable once open.
     """
 
+    #: tries of a record whose stored position changes while it is replaced
+    REPLACE_TRIES = 3
+
     def __init__(self) -> None:
         self._backend: SqlBackend | None = None
+        self._guard: PositionGuard | None = None
+        self._checks: dict[str, int] = {}
         self._lock = threading.Lock()
         self.table = "kv"
         self.written = 0
@@ -146,16 +164,36 @@ class SqlUpsertSink:
     def schema(self) -> str:
         return self.backend.schema(self.table)
 
-    def open(self, config: dict[str, Any], context: Any = None) -> None:
+    def open(
+        self,
+        config: dict[str, Any],
+        context: Any = None,
+        *,
+        admin_headers: dict[str, str] | None = None,
+    ) -> None:
+        """Connect and create the tables.
+
+        ``admin_headers``: the admin API's credentials for the position check
+        (in a function they come from its secrets, :func:`function_admin_headers`).
+        """
         table = plain_identifier(config.get("table", "kv"), "table")
+        if context is not None and admin_headers is None:
+            admin_headers = function_admin_headers(context)
+        guard = PositionGuard(
+            admin_url=config.get("adminUrl") or None,
+            admin_headers=admin_headers,
+            mode=str(config.get("positionMismatch", "reset")),
+            logger=context.get_logger() if context is not None else None,
+        )
         backend = open_backend(config.get("database"), database_password(config, context))
         try:
             backend.create_tables(table)
         except BaseException:
             backend.close()
+            guard.close()
             raise
         self.table = table
-        self._backend = backend
+        self._backend, self._guard, self._checks = backend, guard, guard.counts
 
     @staticmethod
     def validate(record: SinkRecord) -> None:
@@ -180,14 +218,50 @@ class SqlUpsertSink:
         self.validate(record)
         assert isinstance(record.key, str)
         with self._lock:
-            applied = backend.apply(
-                self.table, record.topic, record.key, record.value, record.position
-            )
+            applied = self._apply(backend, record, record.key)
         if applied:
             self.written += 1
         else:
             self.skipped += 1
         return applied
+
+    def _apply(self, backend: SqlBackend, record: SinkRecord, key: str) -> bool:
+        """Apply, or skip a redelivery; a foreign stored position is replaced, not obeyed."""
+        replacing: Position | None = None
+        for _ in range(self.REPLACE_TRIES):
+            if backend.apply(
+                self.table, record.topic, key, record.value, record.position, replacing=replacing
+            ):
+                return True
+            stored = self.applied_position(record.topic)
+            if stored is None or record.position > stored:
+                replacing = None  # changed meanwhile: apply as a record moving forward
+                continue
+            assert self._guard is not None
+            if self._guard.is_redelivery(record.topic, record.position, stored):
+                return False
+            replacing = stored
+        raise TopicIncarnationError(
+            f"{record.topic}: the stored position kept changing while the record at "
+            f"{record.position} was applied ({self.REPLACE_TRIES} tries); another writer?",
+            retriable=True,
+        )
+
+    def trusted_position(self, topic: str) -> Position | None:
+        """The stored position of ``topic``, ``None`` when it is of another incarnation.
+
+        For the in-order gate, which lifts a failed record's hold once the
+        stored position reaches it: a foreign position must not lift it.
+        """
+        stored = self.applied_position(topic)
+        if stored is None or self._guard is None:
+            return stored
+        return None if self._guard.is_of_topic(topic, stored) is False else stored
+
+    @property
+    def position_checks(self) -> dict[str, int]:
+        """How often a stored position was checked, by outcome (see :mod:`.topic_incarnation`)."""
+        return dict(self._checks)
 
     def applied_position(self, topic: str) -> Position | None:
         """The position of the last record of ``topic`` applied (committed), if any."""
@@ -208,6 +282,9 @@ class SqlUpsertSink:
         return recorded
 
     def close(self) -> None:
+        if self._guard is not None:
+            self._guard.close()
+            self._guard = None
         if self._backend is not None:
             self._backend.close()
             self._backend = None
@@ -274,7 +351,7 @@ class SinkFunction(Function):  # type: ignore[misc]
         with self._lock:
             if self._sink is None:
                 require_in_order(context, "SinkFunction")
-                label_instance_metrics(context, extra=[POISON_RECORDS])
+                label_instance_metrics(context, extra=[POISON_RECORDS, POSITION_CHECKS])
                 config = dict(context.get_user_config_map())
                 sink = SqlUpsertSink()
                 sink.open(config, context)
@@ -332,7 +409,7 @@ class SinkFunction(Function):  # type: ignore[misc]
 
     def _process(self, input: Any, context: Any, topic: str, position: Position) -> None:
         sink = self._open(context)
-        self._gate.check(topic, position, lambda: sink.applied_position(topic))
+        self._gate.check(topic, position, lambda: sink.trusted_position(topic))
         record = SinkRecord(
             topic=topic,
             key=read_key(context.get_partition_key),
@@ -340,9 +417,12 @@ class SinkFunction(Function):  # type: ignore[misc]
             position=position,
             properties=dict(context.get_message_properties() or {}),
         )
+        resets = sink.position_checks.get("reset", 0)
         try:
             if not sink.write(record):
                 context.get_logger().info("skipped redelivered record %s", record.position)
+            if sink.position_checks.get("reset", 0) > resets:
+                context.record_metric("pss_sink_position_resets", 1)
         except PoisonRecordError as exc:
             assert self._dead_letters is not None
             self._dead_letters.handle(record, str(exc))

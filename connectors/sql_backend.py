@@ -177,15 +177,27 @@ class SqlBackend(ABC):
             return None
         return Position(int(row[0]), int(row[1]), int(row[2]))
 
-    def apply(self, table: str, topic: str, key: str, value: bytes, position: Position) -> bool:
+    def apply(
+        self,
+        table: str,
+        topic: str,
+        key: str,
+        value: bytes,
+        position: Position,
+        *,
+        replacing: Position | None = None,
+    ) -> bool:
         """Upsert (or, for an empty value, delete) ``key`` unless ``position`` was applied.
 
         Returns ``False`` for a record at or before the stored position (a
         redelivery: nothing changes). Row change and position are one transaction.
+        ``replacing``: a stored position found to be of another incarnation of
+        the topic (:mod:`.topic_incarnation`); while it is still the stored one,
+        the record is applied and its position replaces it.
         """
         with self.transaction(topic) as cur:
             applied = self.applied_position(cur, topic)
-            if applied is not None and not position > applied:
+            if applied is not None and not position > applied and applied != replacing:
                 return False
             if value:
                 cur.execute(
