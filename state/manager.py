@@ -62,6 +62,12 @@ class SharedStateManager(Generic[S, Op]):
         admin_url: str | None = None,
         admin_headers: dict[str, str] | None = None,
     ) -> SharedStateManagerBuilder[Any, Any]:
+        """PIP-137's builder for a manager on ``topic``: ``builder(...).with_...().build()``.
+
+        Returns:
+            A new :class:`SharedStateManagerBuilder`; nothing is connected
+            until :meth:`SharedStateManagerBuilder.build`.
+        """
         return SharedStateManagerBuilder(
             client, topic, admin_url=admin_url, admin_headers=admin_headers
         )
@@ -183,6 +189,23 @@ class SharedStateManager(Generic[S, Op]):
         ``latest=True`` reflects every write acknowledged before the call began.
         ``at_least`` (a token from :meth:`write`) waits only until that write is
         applied locally. Both wait at most ``timeout_s``.
+
+        Returns:
+            A future of what ``reader`` returned (run under the state lock).
+
+        Raises:
+            ForkedProcessError: at the call, in a process forked after the
+                manager was made.
+            ValueError, TypeError: at the call, for an ``at_least`` that is no
+                position token.
+            Exception: through the future, whatever ``reader`` raises, unchanged.
+            StateClosedError: through the future, once the manager is closed;
+                after its reader failed, the error that stopped it instead (e.g.
+                InvalidMessageError with ``on_invalid_message="fail"``,
+                PermissionDeniedError).
+            OperationTimeoutError: through the future, when ``latest`` or
+                ``at_least`` is not reached within ``timeout_s`` (default: the
+                operation timeout).
         """
         self.check_process()
         timeout = timeout_s if timeout_s is not None else self.config.operation_timeout_s
@@ -265,6 +288,29 @@ class SharedStateManager(Generic[S, Op]):
         the write's position token, or ``reader(state)`` right after the write
         when a reader is given. ``blind=True`` promises the generator ignores
         the state, which lets such writes share one entry (group commit).
+
+        Returns:
+            A future of the write's :class:`Position` (the applied position
+            when the generator returned no ops), or of ``reader(state)`` right
+            after the write when a reader is given.
+
+        Raises:
+            ForkedProcessError: at the call, in a process forked after the
+                manager was made.
+            StateClosedError: at the call once the manager is closed; through
+                the future when it closes before the write lands.
+            Exception: through the future, whatever ``generator`` or ``reader``
+                raises, unchanged (nothing is written if the generator raised),
+                and what the codec raises encoding an op.
+            TooManyOpsError, ValueTooLargeError: through the future, for a
+                write over ``max_ops_per_write`` or ``max_write_bytes`` (nothing
+                is written).
+            WriteFailedError: through the future, when the write could not be
+                published within its retry budget (``StateConfig.retry``).
+            FencedError: through the future, when another writer took the
+                topic over on every attempt.
+            PermissionDeniedError: through the future, when the broker refuses
+                this client's role.
         """
         self.check_process()
         written = self._writer.submit(generator, blind=blind)
@@ -314,6 +360,7 @@ class SharedStateManager(Generic[S, Op]):
 
     @property
     def admin(self) -> PulsarAdmin | None:
+        """The admin client made from ``admin_url`` (``None`` without one)."""
         return self._admin
 
     def add_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
@@ -322,6 +369,11 @@ class SharedStateManager(Generic[S, Op]):
         self._tailer.add_listener(listener)
 
     def remove_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
+        """Stop calling ``listener`` (added by :meth:`add_listener`).
+
+        Raises:
+            ValueError: if ``listener`` is not registered.
+        """
         self._tailer.remove_listener(listener)
 
     # -- lifecycle ------------------------------------------------------------
@@ -332,6 +384,14 @@ class SharedStateManager(Generic[S, Op]):
         forks.check_process(self._pid, f"the state manager of {self.topic}")
 
     def close(self) -> None:
+        """Stop the writer and the reader and release the topic (idempotent).
+
+        Writes still pending fail with StateClosedError, as do later calls.
+
+        Raises:
+            ForkedProcessError: in a process forked after the manager was made
+                (a child must not close its parent's subscription).
+        """
         if getattr(self, "_closed", True):
             return
         self.check_process()  # a forked child must not close its parent's subscription
@@ -374,10 +434,20 @@ class SharedStateManagerBuilder(Generic[S, Op]):
         self._snapshots: SnapshotPolicy[S] | None = None
 
     def with_op_serializer(self, serializer: Callable[[Op], bytes]) -> Self:
+        """Encode each op with ``serializer`` (with :meth:`with_op_deserializer`).
+
+        Returns:
+            This builder.
+        """
         self._serializer = serializer
         return self
 
     def with_op_deserializer(self, deserializer: Callable[[bytes], Op]) -> Self:
+        """Decode each op with ``deserializer`` (it raises ``ValueError`` on bad input).
+
+        Returns:
+            This builder.
+        """
         self._deserializer = deserializer
         return self
 
@@ -401,10 +471,20 @@ class SharedStateManagerBuilder(Generic[S, Op]):
         return self
 
     def with_database_initializer(self, initializer: Callable[[], S]) -> Self:
+        """Make the empty state with ``initializer()`` (before the topic is read).
+
+        Returns:
+            This builder.
+        """
         self._initializer = initializer
         return self
 
     def with_change_log_applier(self, applier: Callable[[S, Op], Any]) -> Self:
+        """Apply each op to the state with ``applier(state, op)``, in topic order.
+
+        Returns:
+            This builder.
+        """
         self._applier = applier
         return self
 
@@ -415,6 +495,24 @@ class SharedStateManagerBuilder(Generic[S, Op]):
         return self
 
     def build(self) -> SharedStateManager[S, Op]:
+        """Make the manager: protect the topic, read it up to now, then return.
+
+        Returns:
+            A running :class:`SharedStateManager`, caught up with the topic.
+
+        Raises:
+            ConfigurationError: if the codec (serializer and deserializer) or
+                the initializer and applier are missing, or ``admin_url`` is
+                missing while ``ensure_retention`` is on.
+            TypeError: for a client that is no ``pulsar.Client``.
+            ForkedProcessError: for a client already used in another process
+                (e.g. the parent of this forked one).
+            StateTopicError: if the topic cannot be read or protected (its
+                subclasses say why: TopicNotFoundError, PermissionDeniedError,
+                AdminUnreachableError, InvalidTopicNameError).
+            OperationTimeoutError: if the first catch-up takes longer than four
+                operation timeouts.
+        """
         codec = self._codec
         if codec is None:
             if self._serializer is None or self._deserializer is None:

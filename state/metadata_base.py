@@ -66,13 +66,59 @@ class BaseMetadataStore(ABC):
     @abstractmethod
     def get(self, path: str, latest: bool = False) -> Future[GetResult | None]:
         """The node at ``path`` or ``None``. ``latest``: first catch up with
-        every write made so far (by any store), not only what this one has seen."""
+        every write made so far (by any store), not only what this one has seen.
+
+        Returns:
+            A future of the :class:`~pulsar_state.GetResult` (value and
+            :class:`~pulsar_state.Stat`), or ``None`` if there is no node.
+
+        Raises:
+            TypeError, ValueError: at the call, for a path that is not a valid
+                metadata path (InvalidPathError is a ValueError).
+            ForkedProcessError: at the call, in a process forked after a
+                :class:`~pulsar_state.MetadataStore` was made.
+            StateClosedError: through the future, once the store is closed.
+            OperationTimeoutError: through the future of a
+                :class:`~pulsar_state.MetadataStore`, with ``latest=True``, when
+                it does not catch up within the operation timeout.
+        """
 
     @abstractmethod
-    def get_children(self, path: str) -> Future[list[str]]: ...
+    def get_children(self, path: str) -> Future[list[str]]:
+        """The names of ``path``'s children (implementations take ``latest`` as :meth:`get`).
+
+        Returns:
+            A future of the child names (last segments, sorted); empty for a
+            path with no children or no node.
+
+        Raises:
+            TypeError, ValueError: at the call, for a path that is not a valid
+                metadata path (InvalidPathError is a ValueError).
+            ForkedProcessError: at the call, in a process forked after a
+                :class:`~pulsar_state.MetadataStore` was made.
+            StateClosedError: through the future, once the store is closed.
+            OperationTimeoutError: through the future of a
+                :class:`~pulsar_state.MetadataStore`, with ``latest=True``, when
+                it does not catch up within the operation timeout.
+        """
 
     @abstractmethod
-    def exists(self, path: str) -> Future[bool]: ...
+    def exists(self, path: str) -> Future[bool]:
+        """Whether a node is at ``path`` (implementations take ``latest`` as :meth:`get`).
+
+        Returns:
+            A future of ``True`` if the node exists.
+
+        Raises:
+            TypeError, ValueError: at the call, for a path that is not a valid
+                metadata path (InvalidPathError is a ValueError).
+            ForkedProcessError: at the call, in a process forked after a
+                :class:`~pulsar_state.MetadataStore` was made.
+            StateClosedError: through the future, once the store is closed.
+            OperationTimeoutError: through the future of a
+                :class:`~pulsar_state.MetadataStore`, with ``latest=True``, when
+                it does not catch up within the operation timeout.
+        """
 
     @abstractmethod
     def put(
@@ -93,13 +139,59 @@ class BaseMetadataStore(ABC):
         ten digits zero-padded (``/queue/item-0000000001``), which grows by one
         per sequential put under that parent and never goes back, even when
         the nodes or the parent are deleted. ``Stat.path`` is the created path.
-        ``expected_version`` must be ``None`` or ``-1`` then."""
+        ``expected_version`` must be ``None`` or ``-1`` then.
+
+        Returns:
+            A future of the node's new :class:`~pulsar_state.Stat` (version,
+            times, owner, fencing token, path).
+
+        Raises:
+            TypeError, ValueError: at the call, for a path that is not a valid
+                metadata path (InvalidPathError is a ValueError).
+            ForkedProcessError: at the call, in a process forked after a
+                :class:`~pulsar_state.MetadataStore` was made.
+            TypeError, ValueError: at the call, for a value that is not bytes,
+                a put at ``/``, an ``expected_version`` below ``-1`` (or other
+                than ``None``/``-1`` with ``sequential``), a bad prefix.
+            BadVersionError: through the future, when the node's version is
+                not ``expected_version`` (``-1``: the node exists).
+            SessionLostError: through the future, for an ephemeral put while
+                this store's session is lost.
+            StateClosedError: at the call or through the future, once the
+                store is closed.
+            ValueTooLargeError: through the future of a
+                :class:`~pulsar_state.MetadataStore`, for a write larger than
+                one Pulsar entry (``max_write_bytes``).
+            WriteFailedError, FencedError, PermissionDeniedError: through the
+                future of a :class:`~pulsar_state.MetadataStore`, as for any
+                write of the state core (retries exhausted, fenced on every
+                attempt, role refused).
+        """
 
     @abstractmethod
     def delete_recursive(self, path: str) -> Future[list[str]]:
         """Delete ``path`` and every node below it in one atomic write (deepest
         first, each with its notifications); the deleted paths (none: nothing
-        there, not an error). ``path`` must not be ``/``."""
+        there, not an error). ``path`` must not be ``/``.
+
+        Returns:
+            A future of the deleted paths, deepest first.
+
+        Raises:
+            TypeError, ValueError: at the call, for ``/`` or a path that is not a valid
+                metadata path (InvalidPathError is a ValueError).
+            ForkedProcessError: at the call, in a process forked after a
+                :class:`~pulsar_state.MetadataStore` was made.
+            StateClosedError: at the call or through the future, once the
+                store is closed.
+            ValueTooLargeError: through the future of a
+                :class:`~pulsar_state.MetadataStore`, for a write larger than
+                one Pulsar entry (``max_write_bytes``).
+            WriteFailedError, FencedError, PermissionDeniedError: through the
+                future of a :class:`~pulsar_state.MetadataStore`, as for any
+                write of the state core (retries exhausted, fenced on every
+                attempt, role refused).
+        """
 
     @abstractmethod
     def delete(
@@ -114,7 +206,29 @@ class BaseMetadataStore(ABC):
 
         ``expected_owner`` / ``expected_token``: delete only if the node's owner
         session and fencing token (``Stat.owner``, ``Stat.token``) are these,
-        checked atomically with the delete (else ``BadVersionError``)."""
+        checked atomically with the delete (else ``BadVersionError``).
+
+        Returns:
+            A future of ``None`` once the node is deleted.
+
+        Raises:
+            TypeError, ValueError: at the call, for a path that is not a valid
+                metadata path (InvalidPathError is a ValueError).
+            ForkedProcessError: at the call, in a process forked after a
+                :class:`~pulsar_state.MetadataStore` was made.
+            NotFoundError: through the future, when there is no node at ``path``.
+            BadVersionError: through the future, when the node's version,
+                owner or token is not the expected one.
+            StateClosedError: at the call or through the future, once the
+                store is closed.
+            ValueTooLargeError: through the future of a
+                :class:`~pulsar_state.MetadataStore`, for a write larger than
+                one Pulsar entry (``max_write_bytes``).
+            WriteFailedError, FencedError, PermissionDeniedError: through the
+                future of a :class:`~pulsar_state.MetadataStore`, as for any
+                write of the state core (retries exhausted, fenced on every
+                attempt, role refused).
+        """
 
     @abstractmethod
     def fencing_token(self, path: str) -> int | None:
@@ -122,13 +236,28 @@ class BaseMetadataStore(ABC):
         it grows with every write of any node (locks hand it out)."""
 
     @abstractmethod
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Close the store (idempotent): this session's ephemeral nodes go away
+        (a :class:`~pulsar_state.MemoryMetadataStore` deletes them at once;
+        others see a :class:`~pulsar_state.MetadataStore`'s go within its
+        session timeout), listeners hear no more, and later calls fail with
+        StateClosedError.
+
+        Raises:
+            ForkedProcessError: in a process forked after a
+                :class:`~pulsar_state.MetadataStore` was made.
+        """
 
     # -- listeners --------------------------------------------------------------
 
     def register_listener(self, listener: Listener, prefix: str | None = None) -> None:
         """Call ``listener(notification)`` for every later change, in log order;
-        with ``prefix``, only for changes of that path or a path below it."""
+        with ``prefix``, only for changes of that path or a path below it.
+
+        Raises:
+            TypeError: if ``listener`` is not callable or ``prefix`` is no str.
+            ValueError: for a ``prefix`` that is not a valid metadata path.
+        """
         if not callable(listener):
             raise TypeError("a listener is a callable taking a Notification")
         if prefix is not None:
@@ -142,13 +271,18 @@ class BaseMetadataStore(ABC):
             self._listeners = [(f, p) for f, p in self._listeners if f != listener]
 
     def register_session_listener(self, listener: SessionListener) -> None:
-        """Call ``listener(event)`` for each later event of this store's session."""
+        """Call ``listener(event)`` for each later event of this store's session.
+
+        Raises:
+            TypeError: if ``listener`` is not callable.
+        """
         if not callable(listener):
             raise TypeError("a session listener is a callable taking a SessionEvent")
         with self._listener_lock:
             self._session_listeners.append(listener)
 
     def unregister_session_listener(self, listener: SessionListener) -> None:
+        """Remove every registration of ``listener`` (nothing if it has none)."""
         with self._listener_lock:
             self._session_listeners = [f for f in self._session_listeners if f != listener]
 

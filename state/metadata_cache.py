@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
-from pulsar_state.errors import BadVersionError, NotFoundError, WriteFailedError
+from pulsar_state.errors import BadVersionError, NotFoundError, StateClosedError, WriteFailedError
 from pulsar_state.metadata_base import BaseMetadataStore
 from pulsar_state.metadata_state import Notification, validate_path
 from pulsar_state.retry import RetryPolicy
@@ -102,15 +102,46 @@ class MetadataCache(Generic[T]):
 
         return self._fill(path, read)
 
+    def _submit(self, fn: Callable[..., R], *args: Any) -> Future[R]:
+        """Run ``fn(*args)`` on the cache's threads; StateClosedError once closed."""
+        try:
+            return self._executor.submit(fn, *args)
+        except RuntimeError as exc:  # shut down: "cannot schedule new futures"
+            raise StateClosedError("the metadata cache is closed") from exc
+
     def get(self, path: str) -> Future[T | None]:
-        """The value at ``path`` (cached until a notification says it changed)."""
+        """The value at ``path`` (cached until a notification says it changed).
+
+        Returns:
+            A future of the deserialized value, or ``None`` if there is no node.
+
+        Raises:
+            TypeError, ValueError: at the call, for a path that is not a valid
+                metadata path.
+            StateClosedError: at the call once the cache is closed; through the
+                future once its store is.
+            ValueError: through the future, for a stored value the serde
+                cannot deserialize.
+            OperationTimeoutError, ForkedProcessError: through the future, as
+                the store's ``get`` fails.
+        """
         validate_path(path)
-        return self._executor.submit(lambda: e[0] if (e := self._load(path)) else None)
+        return self._submit(lambda: e[0] if (e := self._load(path)) else None)
 
     def get_children(self, path: str) -> Future[list[str]]:
-        """``path``'s children (cached until a notification on ``path``)."""
+        """``path``'s children (cached until a notification on ``path``).
+
+        Returns:
+            A future of the child names (a new list; empty for none).
+
+        Raises:
+            TypeError, ValueError: at the call, for a path that is not a valid
+                metadata path.
+            StateClosedError: at the call once the cache is closed; through the
+                future once its store is.
+        """
         validate_path(path)
-        return self._executor.submit(self._load_children, path)
+        return self._submit(self._load_children, path)
 
     def _load_children(self, path: str) -> list[str]:
         with self._lock:
@@ -124,9 +155,19 @@ class MetadataCache(Generic[T]):
         return self._fill(path, read, self._children)
 
     def exists(self, path: str) -> Future[bool]:
-        """Whether ``path`` exists (cached, from a cached value too)."""
+        """Whether ``path`` exists (cached, from a cached value too).
+
+        Returns:
+            A future of ``True`` if a node is at ``path``.
+
+        Raises:
+            TypeError, ValueError: at the call, for a path that is not a valid
+                metadata path.
+            StateClosedError: at the call once the cache is closed; through the
+                future once its store is.
+        """
         validate_path(path)
-        return self._executor.submit(self._load_exists, path)
+        return self._submit(self._load_exists, path)
 
     def _load_exists(self, path: str) -> bool:
         with self._lock:
@@ -142,19 +183,91 @@ class MetadataCache(Generic[T]):
         return self._fill(path, read, self._exists)
 
     def create(self, path: str, value: T) -> Future[T]:
+        """Create the node at ``path`` with ``value`` (it must not exist yet).
+
+        Returns:
+            A future of ``value`` once it is stored (and cached).
+
+        Raises:
+            TypeError: at the call, for a value the serde cannot serialize.
+            StateClosedError: at the call once the cache is closed; through the
+                future once its store is.
+            BadVersionError: through the future, when the node exists already.
+            TypeError, ValueError: through the future, for a path that is not
+                a valid metadata path.
+            WriteFailedError, FencedError, PermissionDeniedError,
+                ValueTooLargeError: through the future, as the store's ``put``
+                fails.
+        """
         data = self.serde.serialize(value)
-        return self._executor.submit(lambda: self._put(path, data, -1, value))
+        return self._submit(lambda: self._put(path, data, -1, value))
 
     def delete(self, path: str) -> Future[None]:
+        """Delete the node at ``path`` (the store's delete; notifications evict it).
+
+        Returns:
+            A future of ``None`` once the node is deleted.
+
+        Raises:
+            TypeError, ValueError: at the call, for a path that is not a valid
+                metadata path.
+            NotFoundError: through the future, when there is no node at ``path``.
+            StateClosedError, WriteFailedError, FencedError: through the
+                future (or StateClosedError at the call), as the store's
+                ``delete`` fails.
+        """
         return self.store.delete(path)
 
     def read_modify_update(self, path: str, fn: Callable[[T], T]) -> Future[T]:
-        """Atomically replace the value at ``path`` by ``fn(value)``; ``NotFoundError``."""
-        return self._executor.submit(self._rmw, path, fn, False)
+        """Atomically replace the value at ``path`` by ``fn(value)``; ``NotFoundError``.
+
+        ``fn`` may run several times (once per version conflict); it must be
+        side-effect free.
+
+        Returns:
+            A future of the value written.
+
+        Raises:
+            StateClosedError: at the call once the cache is closed; through the
+                future once its store is.
+            TypeError, ValueError: through the future, for a path that is not
+                a valid metadata path, or a value the serde cannot
+                (de)serialize.
+            Exception: through the future, whatever ``fn`` raises, unchanged
+                (nothing is written).
+            WriteFailedError: through the future, after version conflicts on
+                every attempt the cache's :class:`~pulsar_state.RetryPolicy`
+                allows (or as the store's ``put`` fails).
+            FencedError, PermissionDeniedError, ValueTooLargeError: through the
+                future, as the store's ``put`` fails.
+            NotFoundError: through the future, when there is no node at ``path``.
+        """
+        return self._submit(self._rmw, path, fn, False)
 
     def read_modify_update_or_create(self, path: str, fn: Callable[[T | None], T]) -> Future[T]:
-        """Like :meth:`read_modify_update`; ``fn(None)`` creates a missing value."""
-        return self._executor.submit(self._rmw, path, fn, True)
+        """Like :meth:`read_modify_update`; ``fn(None)`` creates a missing value.
+
+        ``fn`` may run several times (once per version conflict); it must be
+        side-effect free.
+
+        Returns:
+            A future of the value written.
+
+        Raises:
+            StateClosedError: at the call once the cache is closed; through the
+                future once its store is.
+            TypeError, ValueError: through the future, for a path that is not
+                a valid metadata path, or a value the serde cannot
+                (de)serialize.
+            Exception: through the future, whatever ``fn`` raises, unchanged
+                (nothing is written).
+            WriteFailedError: through the future, after version conflicts on
+                every attempt the cache's :class:`~pulsar_state.RetryPolicy`
+                allows (or as the store's ``put`` fails).
+            FencedError, PermissionDeniedError, ValueTooLargeError: through the
+                future, as the store's ``put`` fails.
+        """
+        return self._submit(self._rmw, path, fn, True)
 
     def _put(self, path: str, data: bytes, expected: int, value: T) -> T:
         def put() -> tuple[T, tuple[T, int]]:
@@ -186,5 +299,9 @@ class MetadataCache(Generic[T]):
                 self.retry.sleep(self.retry.backoff_s(attempt))
 
     def close(self) -> None:
+        """Stop listening to the store and refuse later calls (idempotent).
+
+        Calls not started yet are cancelled; the store stays open.
+        """
         self.store.unregister_listener(self._invalidate)
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -71,6 +71,7 @@ class MapOp(Generic[K, V]):
 
     @property
     def is_delete(self) -> bool:
+        """True for a delete op (:meth:`delete`), False for a put."""
         return self.value is _DELETE
 
     def __repr__(self) -> str:
@@ -153,6 +154,7 @@ class PulsarMap(Generic[K, V]):
 
     @property
     def topic(self) -> str:
+        """The state topic's full name (``persistent://tenant/namespace/name``)."""
         return self.manager.topic
 
     # -- helpers --------------------------------------------------------------
@@ -175,22 +177,111 @@ class PulsarMap(Generic[K, V]):
     # -- reads ----------------------------------------------------------------
 
     def get(self, key: K, latest: bool = False) -> Future[V | None]:
+        """The value of ``key``; with ``latest``, after catching up with the topic.
+
+        Returns:
+            A future of a copy of the value, or ``None`` if ``key`` is absent.
+
+        Raises:
+            ForkedProcessError: at the call, in a process forked after the map
+                was made.
+            StateClosedError: through the future, once the map is closed; after
+                its reader failed, the error that stopped it instead (e.g.
+                InvalidMessageError with ``on_invalid_message="fail"``,
+                PermissionDeniedError).
+            OperationTimeoutError: through the future, with ``latest=True``,
+                when local state does not catch up within the operation timeout.
+        """
         return self._read(lambda s: _copy(s.get(key)), latest)
 
     def get_or_default(self, key: K, default: V, latest: bool = False) -> Future[V]:
+        """The value of ``key``, or ``default`` if it is absent.
+
+        Returns:
+            A future of a copy of the value, or of ``default``.
+
+        Raises:
+            ForkedProcessError: at the call, in a process forked after the map
+                was made.
+            StateClosedError: through the future, once the map is closed; after
+                its reader failed, the error that stopped it instead (e.g.
+                InvalidMessageError with ``on_invalid_message="fail"``,
+                PermissionDeniedError).
+            OperationTimeoutError: through the future, with ``latest=True``,
+                when local state does not catch up within the operation timeout.
+        """
         return self._read(lambda s: _copy(s[key]) if key in s else default, latest)
 
     def contains(self, key: K, latest: bool = False) -> Future[bool]:
+        """Whether ``key`` is in the map.
+
+        Returns:
+            A future of ``True`` if ``key`` is present.
+
+        Raises:
+            ForkedProcessError: at the call, in a process forked after the map
+                was made.
+            StateClosedError: through the future, once the map is closed; after
+                its reader failed, the error that stopped it instead (e.g.
+                InvalidMessageError with ``on_invalid_message="fail"``,
+                PermissionDeniedError).
+            OperationTimeoutError: through the future, with ``latest=True``,
+                when local state does not catch up within the operation timeout.
+        """
         return self._read(lambda s: key in s, latest)
 
     def size(self, latest: bool = False) -> Future[int]:
+        """The number of keys in the map.
+
+        Returns:
+            A future of the key count.
+
+        Raises:
+            ForkedProcessError: at the call, in a process forked after the map
+                was made.
+            StateClosedError: through the future, once the map is closed; after
+                its reader failed, the error that stopped it instead (e.g.
+                InvalidMessageError with ``on_invalid_message="fail"``,
+                PermissionDeniedError).
+            OperationTimeoutError: through the future, with ``latest=True``,
+                when local state does not catch up within the operation timeout.
+        """
         return self._read(len, latest)
 
     def list_keys(self, latest: bool = False) -> Future[list[K]]:
+        """The keys of the map.
+
+        Returns:
+            A future of a new list of the keys (in no particular order).
+
+        Raises:
+            ForkedProcessError: at the call, in a process forked after the map
+                was made.
+            StateClosedError: through the future, once the map is closed; after
+                its reader failed, the error that stopped it instead (e.g.
+                InvalidMessageError with ``on_invalid_message="fail"``,
+                PermissionDeniedError).
+            OperationTimeoutError: through the future, with ``latest=True``,
+                when local state does not catch up within the operation timeout.
+        """
         return self._read(list, latest)
 
     def items(self, latest: bool = False) -> Future[dict[K, V]]:
-        """A copy of the whole map."""
+        """A copy of the whole map.
+
+        Returns:
+            A future of a new dict holding copies of every value.
+
+        Raises:
+            ForkedProcessError: at the call, in a process forked after the map
+                was made.
+            StateClosedError: through the future, once the map is closed; after
+                its reader failed, the error that stopped it instead (e.g.
+                InvalidMessageError with ``on_invalid_message="fail"``,
+                PermissionDeniedError).
+            OperationTimeoutError: through the future, with ``latest=True``,
+                when local state does not catch up within the operation timeout.
+        """
         return self._read(lambda s: {k: _copy(v) for k, v in s.items()}, latest)
 
     def scan(
@@ -202,6 +293,21 @@ class PulsarMap(Generic[K, V]):
         """Call ``processor(k, v)`` for each entry ``filter`` accepts; count them.
 
         Runs under the state lock on a consistent view; keep both functions quick.
+
+        Returns:
+            A future of how many entries ``filter`` accepted.
+
+        Raises:
+            Exception: through the future, whatever ``filter`` or ``processor``
+                raises, unchanged (the scan stops there).
+            ForkedProcessError: at the call, in a process forked after the map
+                was made.
+            StateClosedError: through the future, once the map is closed; after
+                its reader failed, the error that stopped it instead (e.g.
+                InvalidMessageError with ``on_invalid_message="fail"``,
+                PermissionDeniedError).
+            OperationTimeoutError: through the future, with ``latest=True``,
+                when local state does not catch up within the operation timeout.
         """
 
         def run(state: dict[K, V]) -> int:
@@ -217,17 +323,83 @@ class PulsarMap(Generic[K, V]):
     # -- writes ---------------------------------------------------------------
 
     def put(self, key: K, value: V) -> Future[Position]:
-        """Set ``key``; the future gives the write's position token."""
+        """Set ``key``; the future gives the write's position token.
+
+        A blind write: it may share one entry with other puts (group commit).
+
+        Returns:
+            A future of the write's :class:`Position` (a token for
+            ``read(at_least=...)`` and ``watch(from_position=...)``).
+
+        Raises:
+            TypeError, ValueError: at the call, for a key or value the map
+                refuses (not a str key, a reserved key, a value the serde
+                cannot serialize or one serializing to empty bytes).
+            TooManyOpsError, ValueTooLargeError: through the future, for a
+                write over ``max_ops_per_write`` or ``max_write_bytes`` (nothing
+                is written).
+            WriteFailedError: through the future, when the write could not be
+                published within its retry budget (``StateConfig.retry``).
+            FencedError: through the future, when another writer took the
+                topic over on every attempt.
+            PermissionDeniedError: through the future, when the broker refuses
+                this client's role.
+            StateClosedError: at the call once the map is closed; through the
+                future when it closes before the write lands.
+            ForkedProcessError: at the call, in a process forked after the map
+                was made.
+        """
         op = self._op(key, value)
         return self.manager.write(lambda _state: [op], blind=True)
 
     def put_all(self, entries: dict[K, V]) -> Future[Position]:
-        """Set many keys in one atomic write."""
+        """Set many keys in one atomic write.
+
+        Returns:
+            A future of the write's :class:`Position`.
+
+        Raises:
+            TypeError, ValueError: at the call, for a key or value the map
+                refuses (as for :meth:`put`).
+            TooManyOpsError, ValueTooLargeError: through the future, for a
+                write over ``max_ops_per_write`` or ``max_write_bytes`` (nothing
+                is written).
+            WriteFailedError: through the future, when the write could not be
+                published within its retry budget (``StateConfig.retry``).
+            FencedError: through the future, when another writer took the
+                topic over on every attempt.
+            PermissionDeniedError: through the future, when the broker refuses
+                this client's role.
+            StateClosedError: at the call once the map is closed; through the
+                future when it closes before the write lands.
+            ForkedProcessError: at the call, in a process forked after the map
+                was made.
+        """
         ops = [self._op(k, v) for k, v in entries.items()]
         return self.manager.write(lambda _state: ops, blind=True)
 
     def delete(self, key: K) -> Future[V | None]:
-        """Remove ``key``; the future gives the value it had (``None``: absent)."""
+        """Remove ``key``; the future gives the value it had (``None``: absent).
+
+        Returns:
+            A future of the value ``key`` had, or ``None`` (nothing written).
+
+        Raises:
+            TypeError, ValueError: at the call, for a key the map refuses.
+            TooManyOpsError, ValueTooLargeError: through the future, for a
+                write over ``max_ops_per_write`` or ``max_write_bytes`` (nothing
+                is written).
+            WriteFailedError: through the future, when the write could not be
+                published within its retry budget (``StateConfig.retry``).
+            FencedError: through the future, when another writer took the
+                topic over on every attempt.
+            PermissionDeniedError: through the future, when the broker refuses
+                this client's role.
+            StateClosedError: at the call once the map is closed; through the
+                future when it closes before the write lands.
+            ForkedProcessError: at the call, in a process forked after the map
+                was made.
+        """
         op = self._delete_op(key)
         previous: dict[str, Any] = {}
 
@@ -238,7 +410,29 @@ class PulsarMap(Generic[K, V]):
         return futures.then(self.manager.write(gen), lambda _position: previous.get("v"))
 
     def put_if_absent(self, key: K, value: V) -> Future[V | None]:
-        """Set ``key`` unless present; the future gives the existing value or ``None``."""
+        """Set ``key`` unless present; the future gives the existing value or ``None``.
+
+        Returns:
+            A future of the value already there (nothing written), or ``None``
+            when this call set it.
+
+        Raises:
+            TypeError, ValueError: at the call, for a key or value the map
+                refuses.
+            TooManyOpsError, ValueTooLargeError: through the future, for a
+                write over ``max_ops_per_write`` or ``max_write_bytes`` (nothing
+                is written).
+            WriteFailedError: through the future, when the write could not be
+                published within its retry budget (``StateConfig.retry``).
+            FencedError: through the future, when another writer took the
+                topic over on every attempt.
+            PermissionDeniedError: through the future, when the broker refuses
+                this client's role.
+            StateClosedError: at the call once the map is closed; through the
+                future when it closes before the write lands.
+            ForkedProcessError: at the call, in a process forked after the map
+                was made.
+        """
         op = self._op(key, value)
         existing: dict[str, Any] = {}
 
@@ -252,7 +446,29 @@ class PulsarMap(Generic[K, V]):
         return futures.then(self.manager.write(gen), lambda _position: existing.get("v"))
 
     def replace(self, key: K, expected: V, value: V) -> Future[bool]:
-        """Set ``key`` to ``value`` only if it currently equals ``expected``."""
+        """Set ``key`` to ``value`` only if it currently equals ``expected``.
+
+        Returns:
+            A future of ``True`` if it was set, ``False`` if the current value
+            differed (or ``key`` was absent; nothing written).
+
+        Raises:
+            TypeError, ValueError: at the call, for a key or value the map
+                refuses.
+            TooManyOpsError, ValueTooLargeError: through the future, for a
+                write over ``max_ops_per_write`` or ``max_write_bytes`` (nothing
+                is written).
+            WriteFailedError: through the future, when the write could not be
+                published within its retry budget (``StateConfig.retry``).
+            FencedError: through the future, when another writer took the
+                topic over on every attempt.
+            PermissionDeniedError: through the future, when the broker refuses
+                this client's role.
+            StateClosedError: at the call once the map is closed; through the
+                future when it closes before the write lands.
+            ForkedProcessError: at the call, in a process forked after the map
+                was made.
+        """
         op = self._op(key, value)
         outcome: dict[str, bool] = {}
 
@@ -266,6 +482,29 @@ class PulsarMap(Generic[K, V]):
         """Set ``key`` to ``fn(current)`` atomically (``None`` result: delete).
 
         ``fn`` may run several times (after fencing); it must be side-effect free.
+
+        Returns:
+            A future of the new value (a copy), or ``None`` if ``fn`` deleted
+            the key.
+
+        Raises:
+            Exception: through the future, whatever ``fn`` raises, unchanged
+                (nothing is written).
+            TypeError, ValueError: through the future, for a key or a new value
+                the map refuses.
+            TooManyOpsError, ValueTooLargeError: through the future, for a
+                write over ``max_ops_per_write`` or ``max_write_bytes`` (nothing
+                is written).
+            WriteFailedError: through the future, when the write could not be
+                published within its retry budget (``StateConfig.retry``).
+            FencedError: through the future, when another writer took the
+                topic over on every attempt.
+            PermissionDeniedError: through the future, when the broker refuses
+                this client's role.
+            StateClosedError: at the call once the map is closed; through the
+                future when it closes before the write lands.
+            ForkedProcessError: at the call, in a process forked after the map
+                was made.
         """
         result: dict[str, Any] = {}
 
@@ -281,7 +520,33 @@ class PulsarMap(Generic[K, V]):
     def update_multiple(
         self, filter: Callable[[K, V], bool], fn: Callable[[K, V], V | None]
     ) -> Future[int]:
-        """Replace every accepted entry with ``fn(k, v)`` in one atomic write."""
+        """Replace every accepted entry with ``fn(k, v)`` in one atomic write.
+
+        ``fn`` returning ``None`` deletes the entry. Both functions may run
+        several times (after fencing); they must be side-effect free.
+
+        Returns:
+            A future of how many entries were changed or deleted.
+
+        Raises:
+            Exception: through the future, whatever ``filter`` or ``fn``
+                raises, unchanged (nothing is written).
+            TypeError, ValueError: through the future, for a new value the map
+                refuses.
+            TooManyOpsError, ValueTooLargeError: through the future, for a
+                write over ``max_ops_per_write`` or ``max_write_bytes`` (nothing
+                is written).
+            WriteFailedError: through the future, when the write could not be
+                published within its retry budget (``StateConfig.retry``).
+            FencedError: through the future, when another writer took the
+                topic over on every attempt.
+            PermissionDeniedError: through the future, when the broker refuses
+                this client's role.
+            StateClosedError: at the call once the map is closed; through the
+                future when it closes before the write lands.
+            ForkedProcessError: at the call, in a process forked after the map
+                was made.
+        """
         count: dict[str, int] = {}
 
         def gen(state: dict[K, V]) -> list[MapOp[K, V]]:
@@ -296,7 +561,26 @@ class PulsarMap(Generic[K, V]):
         return futures.then(self.manager.write(gen), lambda _position: count["n"])
 
     def clear(self) -> Future[int]:
-        """Delete every key in one atomic write; the future gives how many."""
+        """Delete every key in one atomic write; the future gives how many.
+
+        Returns:
+            A future of how many keys were deleted.
+
+        Raises:
+            TooManyOpsError, ValueTooLargeError: through the future, for a
+                write over ``max_ops_per_write`` or ``max_write_bytes`` (nothing
+                is written).
+            WriteFailedError: through the future, when the write could not be
+                published within its retry budget (``StateConfig.retry``).
+            FencedError: through the future, when another writer took the
+                topic over on every attempt.
+            PermissionDeniedError: through the future, when the broker refuses
+                this client's role.
+            StateClosedError: at the call once the map is closed; through the
+                future when it closes before the write lands.
+            ForkedProcessError: at the call, in a process forked after the map
+                was made.
+        """
         count: dict[str, int] = {}
 
         def gen(state: dict[K, V]) -> list[MapOp[K, V]]:
@@ -343,12 +627,25 @@ class PulsarMap(Generic[K, V]):
             applied position when ``fn`` wrote nothing), or of
             ``reader(state)`` when a reader is given.
 
-        Raises (through the future):
-            Whatever ``fn`` or ``reader`` raises, unchanged.
-            ValueError, TypeError: a key or value the map refuses.
-            TooManyOpsError, ValueTooLargeError: over ``max_ops_per_write`` or
-                ``max_write_bytes`` (nothing is written).
-            OperationTimeoutError, FencedError, StateClosedError: as for any write.
+        Raises:
+            TypeError: at the call, if ``fn`` is not callable.
+            Exception: through the future, whatever ``fn`` or ``reader``
+                raises, unchanged (nothing is written if ``fn`` raised).
+            ValueError, TypeError: through the future, for an op that is no
+                :class:`MapOp`, or a key or value the map refuses.
+            TooManyOpsError, ValueTooLargeError: through the future, for a
+                write over ``max_ops_per_write`` or ``max_write_bytes`` (nothing
+                is written).
+            WriteFailedError: through the future, when the write could not be
+                published within its retry budget (``StateConfig.retry``).
+            FencedError: through the future, when another writer took the
+                topic over on every attempt.
+            PermissionDeniedError: through the future, when the broker refuses
+                this client's role.
+            StateClosedError: at the call once the map is closed; through the
+                future when it closes before the write lands.
+            ForkedProcessError: at the call, in a process forked after the map
+                was made.
         """
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}")
@@ -456,6 +753,14 @@ class PulsarMap(Generic[K, V]):
     # -- lifecycle ------------------------------------------------------------
 
     def close(self) -> None:
+        """Stop this map's watches and close its manager (idempotent).
+
+        Writes still pending fail with StateClosedError.
+
+        Raises:
+            ForkedProcessError: in a process forked after the map was made (a
+                child must not close its parent's subscription).
+        """
         with self._watches_lock:
             watches = list(self._watches)
         for watch in watches:
