@@ -108,7 +108,14 @@ class ResourceLock(Generic[T]):
         return self._suspended and not self.lost.done()
 
     def add_listener(self, listener: Callable[[LockEvent], None]) -> None:
-        """Call ``listener(event)`` on each later :class:`LockEvent` of this lock."""
+        """Call ``listener(event)`` on each later :class:`LockEvent` of this lock.
+
+        Listeners run on the store's dispatcher or the revalidation thread;
+        what one raises is logged, not passed on.
+
+        Raises:
+            TypeError: if ``listener`` is not callable.
+        """
         if not callable(listener):
             raise TypeError("a lock listener is a callable taking a LockEvent")
         self._listeners.append(listener)
@@ -133,7 +140,20 @@ class ResourceLock(Generic[T]):
 
         The delete is conditional on the node's owner and token, checked
         atomically by the store: a holder that lost its node never deletes the
-        node of the next holder."""
+        node of the next holder.
+
+        Returns:
+            A future of ``None`` once the node is deleted, or found gone or
+            another session's (nothing to release: not an error).
+
+        Raises:
+            StateClosedError: at the call or through the future, once the store
+                is closed (``lost`` completes all the same).
+            WriteFailedError, FencedError, PermissionDeniedError: through the
+                future, as the store's write fails (a
+                :class:`~pulsar_state.MetadataStore`: retries exhausted, fenced
+                on every attempt, role refused).
+        """
 
         def deleted(_: None) -> None:
             self._service._forget(self)
@@ -178,7 +198,27 @@ class CoordinationService(Generic[T]):
         The node of this service's own lock suspended by a session loss (not
         yet revalidated) is taken over with a new token, as Pulsar's
         LockManager re-takes a lock of its own session; the old lock object is
-        then done (``lost``)."""
+        then done (``lost``).
+
+        Returns:
+            A future of the held :class:`ResourceLock` (its ``fencing_token``
+            is the write's token).
+
+        Raises:
+            TypeError, ValueError: at the call, for a path that is not a valid
+                metadata path, or content the serde cannot serialize.
+            StateClosedError: at the call once this service is closed; through
+                the future once its store is.
+            ResourceBusyError: through the future, when another session (or
+                another service) holds the lock.
+            SessionLostError: through the future, while the store's session is
+                lost (no ephemeral node can be made).
+            WriteFailedError, FencedError, PermissionDeniedError: through the
+                future, as the store's write fails (a
+                :class:`~pulsar_state.MetadataStore`: retries exhausted, fenced
+                on every attempt, role refused).
+        """
+        self._check_open()
         validate_path(path)
         data = self.serde.serialize(content)
         result: Future[ResourceLock[T]] = Future()
@@ -241,7 +281,19 @@ class CoordinationService(Generic[T]):
         return self._register(path, content, stat)
 
     def read_lock(self, path: str) -> Future[T | None]:
-        """The content of the lock at ``path``, ``None`` if free."""
+        """The content of the lock at ``path``, ``None`` if free.
+
+        Returns:
+            A future of the holder's content (deserialized), or ``None``.
+
+        Raises:
+            TypeError, ValueError: at the call, for a path that is not a valid
+                metadata path.
+            StateClosedError: at the call or through the future, once the store
+                is closed.
+            ValueError: through the future, for content the serde cannot
+                deserialize.
+        """
         return self._get_content(path)
 
     def _get_content(self, path: str) -> Future[T | None]:
@@ -251,7 +303,17 @@ class CoordinationService(Generic[T]):
         )
 
     def list_locks(self, path: str) -> Future[list[str]]:
-        """The locks held under ``path`` (its children)."""
+        """The locks held under ``path`` (its children).
+
+        Returns:
+            A future of the child names under ``path`` (sorted; empty: none).
+
+        Raises:
+            TypeError, ValueError: at the call, for a path that is not a valid
+                metadata path.
+            StateClosedError: at the call or through the future, once the store
+                is closed.
+        """
         return self.store.get_children(path)
 
     def _forget(self, lock: ResourceLock[T], *, involuntary: bool = False) -> None:
@@ -268,9 +330,32 @@ class CoordinationService(Generic[T]):
     def become_leader(self, path: str, content: T) -> Future[ResourceLock[T]]:
         """Completes (with the leadership lock) once this candidate is elected:
         also with the lock this service already holds at ``path`` (a leader
-        that lost its session and had its lock re-asserted is still elected)."""
+        that lost its session and had its lock re-asserted is still elected).
+
+        The campaign waits for the holder's node to go (a notification, or a
+        re-check every few seconds); cancelling the future does not stop it.
+
+        Returns:
+            A future of the leadership :class:`ResourceLock`.
+
+        Raises:
+            TypeError, ValueError: at the call, for a path that is not a valid
+                metadata path.
+            StateClosedError: at the call once this service is closed; through
+                the future when it closes before this candidate is elected.
+            TypeError: through the future, for content the serde cannot
+                serialize.
+            WriteFailedError, FencedError, PermissionDeniedError: through the
+                future, as the store's write fails (a
+                :class:`~pulsar_state.MetadataStore`: retries exhausted, fenced
+                on every attempt, role refused).
+        """
+        self._check_open()
         validate_path(path)
-        return self._executor.submit(self._campaign, path, content)
+        try:
+            return self._executor.submit(self._campaign, path, content)
+        except RuntimeError as exc:  # closed meanwhile: "cannot schedule new futures"
+            raise StateClosedError("the coordination service is closed") from exc
 
     def _campaign(self, path: str, content: T) -> ResourceLock[T]:
         while not self._closed:
@@ -297,7 +382,22 @@ class CoordinationService(Generic[T]):
     # -- counters ------------------------------------------------------------------------
 
     def get_next_counter_value(self, path: str) -> Future[int]:
-        """A unique, increasing value (1, 2, ...) from the counter at ``path``."""
+        """A unique, increasing value (1, 2, ...) from the counter at ``path``.
+
+        Returns:
+            A future of the counter's new value (the first call gives 1).
+
+        Raises:
+            StateClosedError: at the call once this service is closed; through
+                the future once its store is.
+            TypeError, ValueError: through the future, for a path that is not a
+                valid metadata path.
+            WriteFailedError: through the future, after version conflicts on
+                every attempt the counter's retry policy allows (or as the
+                store's write fails).
+            FencedError, PermissionDeniedError: through the future, as the
+                store's write fails.
+        """
         return self._counters.read_modify_update_or_create(path, lambda v: (v or 0) + 1)
 
     # -- notifications ---------------------------------------------------------------------
@@ -401,7 +501,17 @@ class CoordinationService(Generic[T]):
             elif was_suspended or current is None:
                 lock._emit(LockEvent.REASSERTED)
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StateClosedError("the coordination service is closed")
+
     def close(self) -> None:
+        """Stop watching the store and end campaigns (idempotent); the store stays open.
+
+        Held locks are not released (their ephemeral nodes go with the
+        store's session); later :meth:`acquire_lock`, :meth:`become_leader`
+        and counter calls raise StateClosedError.
+        """
         self._closed = True
         self.store.unregister_listener(self._on_change)
         self.store.unregister_session_listener(self._on_session)
