@@ -78,7 +78,18 @@ class AsyncSharedStateManager(Generic[S, Op]):
         at_least: Position | str | None = None,
         timeout_s: float | None = None,
     ) -> R:
-        """See :meth:`SharedStateManager.read`; raises what its future raises."""
+        """Run ``reader(state)`` (:meth:`SharedStateManager.read`, awaited).
+
+        Returns:
+            What ``reader`` returned.
+
+        Raises:
+            ForkedProcessError, ValueError, TypeError, StateClosedError,
+                OperationTimeoutError: as :meth:`SharedStateManager.read` and its
+                future fail (a bad ``at_least``; ``latest``/``at_least`` not reached
+                within ``timeout_s``), raised by the await.
+            Exception: whatever ``reader`` raises, unchanged.
+        """
         return await wrap(self.sync.read(reader, latest, at_least=at_least, timeout_s=timeout_s))
 
     async def write(
@@ -88,7 +99,19 @@ class AsyncSharedStateManager(Generic[S, Op]):
         *,
         blind: bool = False,
     ) -> Any:
-        """See :meth:`SharedStateManager.write`; raises what its future raises."""
+        """Publish ``generator``'s ops atomically (:meth:`SharedStateManager.write`, awaited).
+
+        Returns:
+            The write's :class:`Position`, or ``reader(state)`` right after the
+            write when a reader is given.
+
+        Raises:
+            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, StateClosedError, ForkedProcessError: as
+                :meth:`SharedStateManager.write` and its future fail, raised by the
+                await.
+            Exception: whatever ``generator`` or ``reader`` raises, unchanged.
+        """
         return await wrap(self.sync.write(generator, reader, blind=blind))
 
     def add_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
@@ -96,12 +119,27 @@ class AsyncSharedStateManager(Generic[S, Op]):
         self.sync.add_listener(listener)
 
     def remove_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
+        """Stop calling ``listener`` (:meth:`SharedStateManager.remove_listener`).
+
+        Raises:
+            ValueError: if ``listener`` is not registered.
+        """
         self.sync.remove_listener(listener)
 
     def check_process(self) -> None:
+        """Raise if this process was forked after the manager was made.
+
+        Raises:
+            ForkedProcessError: in such a child (as :meth:`SharedStateManager.check_process`).
+        """
         self.sync.check_process()
 
     async def close(self) -> None:
+        """Close the manager (:meth:`SharedStateManager.close`) in a worker thread.
+
+        Raises:
+            ForkedProcessError: in a process forked after the manager was made.
+        """
         await asyncio.to_thread(self.sync.close)
 
     async def __aenter__(self) -> Self:
@@ -120,12 +158,32 @@ class AsyncPulsarMap(Generic[K, V]):
 
     @classmethod
     async def open(cls, *args: Any, **kwargs: Any) -> AsyncPulsarMap[K, V]:
+        """Open the map (:class:`PulsarMap`'s arguments); the bootstrap runs in a worker thread.
+
+        Returns:
+            The open :class:`AsyncPulsarMap`, caught up with the topic.
+
+        Raises:
+            ConfigurationError, TypeError: for bad arguments (no ``admin_url``
+                while ``ensure_retention`` is on, a client that is no
+                ``pulsar.Client``).
+            StateTopicError: if the topic cannot be read or protected
+                (TopicNotFoundError, PermissionDeniedError, AdminUnreachableError,
+                InvalidTopicNameError say why).
+            OperationTimeoutError: if the first catch-up takes longer than four
+                operation timeouts.
+        """
         self = cls(*args, **kwargs)
         self._map = await asyncio.to_thread(PulsarMap, *args, **kwargs)
         return self
 
     @property
     def sync(self) -> PulsarMap[K, V]:
+        """The blocking :class:`PulsarMap` this one awaits.
+
+        Raises:
+            RuntimeError: if the map was never opened (use :meth:`open` or ``async with``).
+        """
         if self._map is None:
             raise RuntimeError("use `await AsyncPulsarMap.open(...)` or `async with`")
         return self._map
@@ -139,56 +197,236 @@ class AsyncPulsarMap(Generic[K, V]):
         await self.close()
 
     async def close(self) -> None:
+        """Close the map (:meth:`PulsarMap.close`) in a worker thread; nothing if never opened.
+
+        Raises:
+            ForkedProcessError: in a process forked after the map was made.
+        """
         if self._map is not None:
             await asyncio.to_thread(self._map.close)
 
     async def get(self, key: K, latest: bool = False) -> V | None:
+        """The value of ``key`` (:meth:`PulsarMap.get`, awaited).
+
+        Returns:
+            A copy of the value, or ``None`` if ``key`` is absent.
+
+        Raises:
+            ForkedProcessError, StateClosedError, OperationTimeoutError: as
+                :meth:`PulsarMap.get` and its future fail (``latest=True`` not caught
+                up within the operation timeout), raised by the await.
+            RuntimeError: if the map was never opened (use :meth:`open` or ``async with``).
+        """
         return await wrap(self.sync.get(key, latest))
 
     async def contains(self, key: K, latest: bool = False) -> bool:
+        """Whether ``key`` is in the map (:meth:`PulsarMap.contains`, awaited).
+
+        Returns:
+            ``True`` if ``key`` is present.
+
+        Raises:
+            ForkedProcessError, StateClosedError, OperationTimeoutError: as
+                :meth:`PulsarMap.contains` and its future fail (``latest=True`` not caught
+                up within the operation timeout), raised by the await.
+            RuntimeError: if the map was never opened (use :meth:`open` or ``async with``).
+        """
         return await wrap(self.sync.contains(key, latest))
 
     async def size(self, latest: bool = False) -> int:
+        """The number of keys (:meth:`PulsarMap.size`, awaited).
+
+        Returns:
+            The key count.
+
+        Raises:
+            ForkedProcessError, StateClosedError, OperationTimeoutError: as
+                :meth:`PulsarMap.size` and its future fail (``latest=True`` not caught
+                up within the operation timeout), raised by the await.
+            RuntimeError: if the map was never opened (use :meth:`open` or ``async with``).
+        """
         return await wrap(self.sync.size(latest))
 
     async def get_or_default(self, key: K, default: V, latest: bool = False) -> V:
+        """The value of ``key`` or ``default`` (:meth:`PulsarMap.get_or_default`, awaited).
+
+        Returns:
+            A copy of the value, or ``default``.
+
+        Raises:
+            ForkedProcessError, StateClosedError, OperationTimeoutError: as
+                :meth:`PulsarMap.get_or_default` and its future fail (``latest=True`` not caught
+                up within the operation timeout), raised by the await.
+            RuntimeError: if the map was never opened (use :meth:`open` or ``async with``).
+        """
         return await wrap(self.sync.get_or_default(key, default, latest))
 
     async def list_keys(self, latest: bool = False) -> list[K]:
+        """The keys of the map (:meth:`PulsarMap.list_keys`, awaited).
+
+        Returns:
+            A new list of the keys.
+
+        Raises:
+            ForkedProcessError, StateClosedError, OperationTimeoutError: as
+                :meth:`PulsarMap.list_keys` and its future fail (``latest=True`` not caught
+                up within the operation timeout), raised by the await.
+            RuntimeError: if the map was never opened (use :meth:`open` or ``async with``).
+        """
         return await wrap(self.sync.list_keys(latest))
 
     async def items(self, latest: bool = False) -> dict[K, V]:
+        """A copy of the whole map (:meth:`PulsarMap.items`, awaited).
+
+        Returns:
+            A new dict holding copies of every value.
+
+        Raises:
+            ForkedProcessError, StateClosedError, OperationTimeoutError: as
+                :meth:`PulsarMap.items` and its future fail (``latest=True`` not caught
+                up within the operation timeout), raised by the await.
+            RuntimeError: if the map was never opened (use :meth:`open` or ``async with``).
+        """
         return await wrap(self.sync.items(latest))
 
     async def scan(
         self, filter: Callable[[K, V], bool], processor: Callable[[K, V], Any], latest: bool = False
     ) -> int:
+        """Call ``processor`` on each accepted entry (:meth:`PulsarMap.scan`, awaited).
+
+        Returns:
+            How many entries ``filter`` accepted.
+
+        Raises:
+            ForkedProcessError, StateClosedError, OperationTimeoutError: as
+                :meth:`PulsarMap.scan` and its future fail (``latest=True`` not caught
+                up within the operation timeout), raised by the await.
+            RuntimeError: if the map was never opened (use :meth:`open` or ``async with``).
+            Exception: whatever ``filter`` or ``processor`` raises, unchanged.
+        """
         return await wrap(self.sync.scan(filter, processor, latest))
 
     async def put(self, key: K, value: V) -> Position:
+        """Set ``key`` (:meth:`PulsarMap.put`, awaited).
+
+        Returns:
+            The write's :class:`Position`.
+
+        Raises:
+            TypeError, ValueError: for a key or value the map refuses.
+            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, StateClosedError, ForkedProcessError: as
+                :meth:`PulsarMap.put` and its future fail, raised by the await.
+            RuntimeError: if the map was never opened (use :meth:`open` or ``async with``).
+        """
         return await wrap(self.sync.put(key, value))
 
     async def put_all(self, entries: dict[K, V]) -> Position:
+        """Set many keys in one atomic write (:meth:`PulsarMap.put_all`, awaited).
+
+        Returns:
+            The write's :class:`Position`.
+
+        Raises:
+            TypeError, ValueError: for a key or value the map refuses.
+            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, StateClosedError, ForkedProcessError: as
+                :meth:`PulsarMap.put_all` and its future fail, raised by the await.
+            RuntimeError: if the map was never opened (use :meth:`open` or ``async with``).
+        """
         return await wrap(self.sync.put_all(entries))
 
     async def put_if_absent(self, key: K, value: V) -> V | None:
+        """Set ``key`` unless present (:meth:`PulsarMap.put_if_absent`, awaited).
+
+        Returns:
+            The value already there, or ``None`` when this call set it.
+
+        Raises:
+            TypeError, ValueError: for a key or value the map refuses.
+            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, StateClosedError, ForkedProcessError: as
+                :meth:`PulsarMap.put_if_absent` and its future fail, raised by the await.
+            RuntimeError: if the map was never opened (use :meth:`open` or ``async with``).
+        """
         return await wrap(self.sync.put_if_absent(key, value))
 
     async def delete(self, key: K) -> V | None:
+        """Remove ``key`` (:meth:`PulsarMap.delete`, awaited).
+
+        Returns:
+            The value ``key`` had, or ``None``.
+
+        Raises:
+            TypeError, ValueError: for a key or value the map refuses.
+            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, StateClosedError, ForkedProcessError: as
+                :meth:`PulsarMap.delete` and its future fail, raised by the await.
+            RuntimeError: if the map was never opened (use :meth:`open` or ``async with``).
+        """
         return await wrap(self.sync.delete(key))
 
     async def replace(self, key: K, expected: V, value: V) -> bool:
+        """Set ``key`` only if it equals ``expected`` (:meth:`PulsarMap.replace`, awaited).
+
+        Returns:
+            ``True`` if it was set.
+
+        Raises:
+            TypeError, ValueError: for a key or value the map refuses.
+            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, StateClosedError, ForkedProcessError: as
+                :meth:`PulsarMap.replace` and its future fail, raised by the await.
+            RuntimeError: if the map was never opened (use :meth:`open` or ``async with``).
+        """
         return await wrap(self.sync.replace(key, expected, value))
 
     async def update(self, key: K, fn: Callable[[V | None], V | None]) -> V | None:
+        """Set ``key`` to ``fn(current)`` atomically (:meth:`PulsarMap.update`, awaited).
+
+        Returns:
+            The new value, or ``None`` if ``fn`` deleted the key.
+
+        Raises:
+            TypeError, ValueError: for a key or value the map refuses.
+            Exception: whatever ``fn`` raises, unchanged (nothing is written).
+            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, StateClosedError, ForkedProcessError: as
+                :meth:`PulsarMap.update` and its future fail, raised by the await.
+            RuntimeError: if the map was never opened (use :meth:`open` or ``async with``).
+        """
         return await wrap(self.sync.update(key, fn))
 
     async def update_multiple(
         self, filter: Callable[[K, V], bool], fn: Callable[[K, V], V | None]
     ) -> int:
+        """Replace each accepted entry atomically (:meth:`PulsarMap.update_multiple`, awaited).
+
+        Returns:
+            How many entries were changed or deleted.
+
+        Raises:
+            TypeError, ValueError: for a key or value the map refuses.
+            Exception: whatever ``filter`` or ``fn`` raises, unchanged (nothing is written).
+            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, StateClosedError, ForkedProcessError: as
+                :meth:`PulsarMap.update_multiple` and its future fail, raised by the await.
+            RuntimeError: if the map was never opened (use :meth:`open` or ``async with``).
+        """
         return await wrap(self.sync.update_multiple(filter, fn))
 
     async def clear(self) -> int:
+        """Delete every key in one atomic write (:meth:`PulsarMap.clear`, awaited).
+
+        Returns:
+            How many keys were deleted.
+
+        Raises:
+            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, StateClosedError, ForkedProcessError: as
+                :meth:`PulsarMap.clear` and its future fail, raised by the await.
+            RuntimeError: if the map was never opened (use :meth:`open` or ``async with``).
+        """
         return await wrap(self.sync.clear())
 
     async def transact(
@@ -197,7 +435,20 @@ class AsyncPulsarMap(Generic[K, V]):
         *,
         reader: Callable[[Mapping[K, V]], Any] | None = None,
     ) -> Any:
-        """See :meth:`PulsarMap.transact`: the position, or ``reader``'s result."""
+        """Write the ops of ``fn(latest)`` atomically (:meth:`PulsarMap.transact`, awaited).
+
+        Returns:
+            The write's :class:`Position`, or ``reader``'s result.
+
+        Raises:
+            TypeError, ValueError: for a ``fn`` that is not callable, an op that is
+                no :class:`MapOp`, a key or value the map refuses.
+            Exception: whatever ``fn`` or ``reader`` raises, unchanged.
+            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, StateClosedError, ForkedProcessError: as
+                :meth:`PulsarMap.transact` and its future fail, raised by the await.
+            RuntimeError: if the map was never opened (use :meth:`open` or ``async with``).
+        """
         if reader is None:
             return await wrap(self.sync.transact(fn))
         return await wrap(self.sync.transact(fn, reader=reader))
@@ -211,9 +462,24 @@ class AsyncPulsarMap(Generic[K, V]):
         prefix: bool = False,
         timeout_s: float | None = None,
     ) -> AsyncMapWatch[K, V]:
-        """See :meth:`PulsarMap.watch`. A coroutine function as ``callback`` is
-        awaited on this loop, one change at a time, in order (what it raises is
-        logged and counted); a plain function runs on the watch's thread."""
+        """Call ``callback(change)`` for every change of a key (:meth:`PulsarMap.watch`).
+
+        A coroutine function as ``callback`` is awaited on this loop, one change at
+        a time, in order (what it raises is logged and counted); a plain function
+        runs on the watch's thread.
+
+        Returns:
+            The running :class:`AsyncMapWatch`.
+
+        Raises:
+            TypeError, ValueError: for a bad key, prefix, position, ``timeout_s``
+                or callback.
+            ForkedProcessError, StateClosedError: in a forked process, or once the
+                map is closed.
+            RuntimeError: if the map was never opened (use :meth:`open` or ``async with``).
+            Later errors stop the watch and show in :attr:`AsyncMapWatch.failure`
+            (OperationTimeoutError, StateTopicError while reading history).
+        """
         if inspect.iscoroutinefunction(callback):
             loop = asyncio.get_running_loop()
             holder: list[MapWatch[K, V]] = []
@@ -254,22 +520,33 @@ class AsyncMapWatch(Generic[K, V]):
 
     @property
     def running(self) -> bool:
+        """True until the watch stops (:attr:`MapWatch.running`)."""
         return self.sync.running
 
     @property
     def delivered(self) -> int:
+        """How many changes the callback has been given (:attr:`MapWatch.delivered`)."""
         return self.sync.delivered
 
     @property
     def errors(self) -> int:
+        """How many callback calls raised (logged, counted; :attr:`MapWatch.errors`)."""
         return self.sync.errors
 
     @property
     def failure(self) -> BaseException | None:
+        """The error that stopped the watch, or ``None`` (:attr:`MapWatch.failure`)."""
         return self.sync.failure
 
     async def stop(self, timeout_s: float = 10.0) -> bool:
-        """See :meth:`MapWatch.stop` (waits in a worker thread, not on the loop)."""
+        """Stop the watch (:meth:`MapWatch.stop`; waits in a worker thread, not on the loop).
+
+        Returns:
+            Whether the watch's thread ended within ``timeout_s``.
+
+        Never raises: a callback still running is not interrupted (nothing is
+        delivered after it).
+        """
         return await asyncio.to_thread(self.sync.stop, timeout_s)
 
     async def __aenter__(self) -> Self:
@@ -286,12 +563,42 @@ class AsyncMetadataStore:
         self.sync = store
 
     async def get(self, path: str, latest: bool = False) -> GetResult | None:
+        """The node at ``path`` (:meth:`BaseMetadataStore.get`, awaited).
+
+        Returns:
+            The :class:`GetResult`, or ``None`` if there is no node.
+
+        Raises:
+            TypeError, ValueError: for a path that is not a valid metadata path.
+            StateClosedError, OperationTimeoutError, ForkedProcessError: as
+                :meth:`BaseMetadataStore.get` and its future fail, raised by the await.
+        """
         return await wrap(self.sync.get(path, latest))
 
     async def get_children(self, path: str) -> list[str]:
+        """The names of ``path``'s children (:meth:`BaseMetadataStore.get_children`, awaited).
+
+        Returns:
+            The child names (sorted; empty for none).
+
+        Raises:
+            TypeError, ValueError: for a path that is not a valid metadata path.
+            StateClosedError, OperationTimeoutError, ForkedProcessError: as
+                :meth:`BaseMetadataStore.get_children` and its future fail, raised by the await.
+        """
         return await wrap(self.sync.get_children(path))
 
     async def exists(self, path: str) -> bool:
+        """Whether a node is at ``path`` (:meth:`BaseMetadataStore.exists`, awaited).
+
+        Returns:
+            ``True`` if the node exists.
+
+        Raises:
+            TypeError, ValueError: for a path that is not a valid metadata path.
+            StateClosedError, OperationTimeoutError, ForkedProcessError: as
+                :meth:`BaseMetadataStore.exists` and its future fail, raised by the await.
+        """
         return await wrap(self.sync.exists(path))
 
     async def put(
@@ -303,11 +610,36 @@ class AsyncMetadataStore:
         ephemeral: bool = False,
         sequential: bool = False,
     ) -> Stat:
+        """Create or replace ``path`` (:meth:`BaseMetadataStore.put`, awaited).
+
+        Returns:
+            The node's new :class:`Stat`.
+
+        Raises:
+            TypeError, ValueError: for a bad path, prefix, value or
+                ``expected_version``.
+            BadVersionError: when the node's version is not ``expected_version``.
+            SessionLostError: for an ephemeral put while the session is lost.
+            StateClosedError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, ForkedProcessError: as
+                :meth:`BaseMetadataStore.put` and its future fail, raised by the await.
+        """
         return await wrap(
             self.sync.put(path, value, expected_version, ephemeral=ephemeral, sequential=sequential)
         )
 
     async def delete_recursive(self, path: str) -> list[str]:
+        """Delete ``path`` and below (:meth:`BaseMetadataStore.delete_recursive`, awaited).
+
+        Returns:
+            The deleted paths, deepest first.
+
+        Raises:
+            TypeError, ValueError: for ``/`` or a path that is not a valid metadata path.
+            StateClosedError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, ForkedProcessError: as
+                :meth:`BaseMetadataStore.delete_recursive` and its future fail, raised by the await.
+        """
         return await wrap(self.sync.delete_recursive(path))
 
     async def delete(
@@ -318,6 +650,17 @@ class AsyncMetadataStore:
         expected_owner: str | None = None,
         expected_token: int | None = None,
     ) -> None:
+        """Delete ``path`` (:meth:`BaseMetadataStore.delete`, awaited).
+
+        Raises:
+            TypeError, ValueError: for a path that is not a valid metadata path.
+            NotFoundError: when there is no node at ``path``.
+            BadVersionError: when the node's version, owner or token is not the
+                expected one.
+            StateClosedError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, ForkedProcessError: as
+                :meth:`BaseMetadataStore.delete` and its future fail, raised by the await.
+        """
         await wrap(
             self.sync.delete(
                 path,
@@ -336,6 +679,7 @@ class AsyncMetadataStore:
         self.sync.register_listener(listener, prefix)
 
     def unregister_listener(self, listener: Listener) -> None:
+        """Remove every registration of ``listener`` (whatever its prefix)."""
         self.sync.unregister_listener(listener)
 
     def register_session_listener(self, listener: SessionListener) -> None:
@@ -343,9 +687,16 @@ class AsyncMetadataStore:
         self.sync.register_session_listener(listener)
 
     def unregister_session_listener(self, listener: SessionListener) -> None:
+        """Remove every registration of the session ``listener``."""
         self.sync.unregister_session_listener(listener)
 
     async def close(self) -> None:
+        """Close the store (:meth:`BaseMetadataStore.close`) in a worker thread.
+
+        Raises:
+            ForkedProcessError: in a process forked after a
+                :class:`~pulsar_state.MetadataStore` was made.
+        """
         await asyncio.to_thread(self.sync.close)
 
 
@@ -356,22 +707,91 @@ class AsyncCoordinationService(Generic[T]):
         self.sync = service
 
     async def acquire_lock(self, path: str, content: T) -> ResourceLock[T]:
+        """Take the lock at ``path`` now (:meth:`CoordinationService.acquire_lock`, awaited).
+
+        Returns:
+            The held :class:`ResourceLock`.
+
+        Raises:
+            TypeError, ValueError: for a bad path or content the serde cannot
+                serialize.
+            ResourceBusyError: when another session (or service) holds the lock.
+            SessionLostError: while the store's session is lost.
+            StateClosedError: once the service or its store is closed.
+            WriteFailedError, FencedError, PermissionDeniedError: as the store's
+                write fails.
+        """
         return await wrap(self.sync.acquire_lock(path, content))
 
     async def read_lock(self, path: str) -> T | None:
+        """The content of the lock at ``path`` (:meth:`CoordinationService.read_lock`, awaited).
+
+        Returns:
+            The holder's content, or ``None`` if the lock is free.
+
+        Raises:
+            TypeError, ValueError: for a path that is not a valid metadata path.
+            StateClosedError: once the store is closed.
+        """
         return await wrap(self.sync.read_lock(path))
 
     async def list_locks(self, path: str) -> list[str]:
+        """The locks held under ``path`` (:meth:`CoordinationService.list_locks`, awaited).
+
+        Returns:
+            The child names under ``path``.
+
+        Raises:
+            TypeError, ValueError: for a path that is not a valid metadata path.
+            StateClosedError: once the store is closed.
+        """
         return await wrap(self.sync.list_locks(path))
 
     async def become_leader(self, path: str, content: T) -> ResourceLock[T]:
+        """Wait until elected (:meth:`CoordinationService.become_leader`, awaited).
+
+        Returns:
+            The leadership :class:`ResourceLock`.
+
+        Raises:
+            TypeError, ValueError: for a bad path or content the serde cannot
+                serialize.
+            StateClosedError: when the service closes before this candidate is
+                elected.
+            WriteFailedError, FencedError, PermissionDeniedError: as the store's
+                write fails.
+        """
         return await wrap(self.sync.become_leader(path, content))
 
     async def get_next_counter_value(self, path: str) -> int:
+        """The counter's next value (:meth:`CoordinationService.get_next_counter_value`, awaited).
+
+        Returns:
+            The counter's new value (the first call gives 1).
+
+        Raises:
+            TypeError, ValueError: for a path that is not a valid metadata path.
+            StateClosedError: once the service or its store is closed.
+            WriteFailedError: after version conflicts on every allowed attempt (or
+                as the store's write fails).
+            FencedError, PermissionDeniedError: as the store's write fails.
+        """
         return await wrap(self.sync.get_next_counter_value(path))
 
     async def release(self, lock: ResourceLock[T]) -> None:
+        """Release ``lock`` (:meth:`ResourceLock.release`, awaited).
+
+        Raises:
+            StateClosedError: once the store is closed (``lock.lost`` completes
+                all the same).
+            WriteFailedError, FencedError, PermissionDeniedError: as the store's
+                write fails.
+        """
         await wrap(lock.release())
 
     async def close(self) -> None:
+        """Close the service (:meth:`CoordinationService.close`) in a worker thread.
+
+        Never raises: held locks are kept until the store's session ends.
+        """
         await asyncio.to_thread(self.sync.close)

@@ -266,6 +266,11 @@ class MapWatch(Generic[K, V]):
             self._queue.put(write)
 
     def start(self) -> None:
+        """Start delivering on the watch's thread (:meth:`PulsarMap.watch` does).
+
+        Raises:
+            RuntimeError: if the watch was started already.
+        """
         self._thread.start()
 
     # -- the watch's thread ----------------------------------------------------
@@ -307,6 +312,7 @@ class MapWatch(Generic[K, V]):
 
     @property
     def running(self) -> bool:
+        """True until :meth:`stop` (or a failure, see :attr:`failure`) ends the watch."""
         return not self._stopped.is_set()
 
     def stop(self, timeout_s: float = 10.0) -> bool:

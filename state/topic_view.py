@@ -96,6 +96,15 @@ class TopicView(Generic[S, Op]):
         Bounded by ``timeout_s``: a topic that does not deliver its tail in
         time raises :class:`OperationTimeoutError`. ``on_progress(n)`` is told
         the messages read so far, every 1000 messages (a progress display).
+
+        Returns:
+            The replayed state (the view's own object; read it, do not keep
+            changing it).
+
+        Raises:
+            OperationTimeoutError: if the tail is not read within ``timeout_s``.
+            StateTopicError: if the client fails reading the topic.
+            Exception: whatever ``on_progress`` raises, unchanged.
         """
         deadline = time.monotonic() + self.timeout_s
         read = 0
@@ -123,7 +132,15 @@ class TopicView(Generic[S, Op]):
 
     def follow(self, poll_s: float = 0.2) -> Iterator[S]:
         """Apply new messages as they arrive; yield the state after each message
-        and after each ``poll_s`` without one (so the caller can stop)."""
+        and after each ``poll_s`` without one (so the caller can stop).
+
+        Returns:
+            An endless iterator of the replayed state (stop iterating to end).
+
+        Raises:
+            StateTopicError: from the iterator, if the client fails reading the
+                topic.
+        """
         poll_ms = max(1, int(poll_s * 1000))
         while True:
             try:
@@ -137,6 +154,7 @@ class TopicView(Generic[S, Op]):
             yield self._replay.state
 
     def close(self) -> None:
+        """Close the view's reader; a failure to close is logged, never raised."""
         try:
             self._reader.close()
         except pulsar.PulsarException:
