@@ -146,6 +146,7 @@ class StateConfig:
 
     @property
     def effective_idle_release_s(self) -> float | None:
+        """``idle_release_s``, or 0.05 s when writers queue for the topic (else ``None``)."""
         if self.idle_release_s is not None:
             return self.idle_release_s
         return 0.05 if self.queueing else None

@@ -46,10 +46,22 @@ class SerializerCodec(Generic[Op]):
         self._deserializer = deserializer
 
     def encode(self, op: Op) -> tuple[str | None, bytes]:
+        """``(None, serializer(op))``: a keyless message.
+
+        Raises:
+            TypeError: if the serializer returns no bytes.
+            Exception: whatever the serializer raises, unchanged.
+        """
         payload = self._serializer(op)
         if not isinstance(payload, bytes | bytearray):
             raise TypeError(f"the op serializer must return bytes, got {type(payload).__name__}")
         return None, bytes(payload)
 
     def decode(self, key: str, payload: bytes) -> Op:
+        """``deserializer(payload)`` (the key is ignored).
+
+        Raises:
+            ValueError, TypeError: as the deserializer raises for a payload
+                that is no op.
+        """
         return self._deserializer(payload)

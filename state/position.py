@@ -26,11 +26,17 @@ class Position:
 
     @classmethod
     def from_message_id(cls, msg_id: pulsar.MessageId) -> Position:
+        """The position of a Pulsar message id (ledger, entry, batch index)."""
         return cls(msg_id.ledger_id(), msg_id.entry_id(), msg_id.batch_index())
 
     @classmethod
     def parse(cls, token: str | Position) -> Position:
-        """Read a token made by ``str(position)``."""
+        """Read a token made by ``str(position)`` (a Position is returned as is).
+
+        Raises:
+            TypeError: for a token that is neither a str nor a Position.
+            ValueError: for a str that is not ``ledger:entry:batch``.
+        """
         if isinstance(token, Position):
             return token
         if not isinstance(token, str):
