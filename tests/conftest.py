@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pulsar
 import pytest
-from harness import PulsarEndpoint, start_endpoint, stop_endpoint
+from harness import PulsarEndpoint, start_endpoint, start_fencing_endpoint, stop_endpoint
 from postgres_server import PostgresServer, start_server
 
 from pulsar_state.instance_metrics import unlabel_instance_metrics
@@ -64,6 +64,18 @@ def pulsar_endpoint() -> Iterator[PulsarEndpoint]:
         yield endpoint
     finally:
         stop_endpoint(endpoint)
+
+
+@pytest.fixture(scope="session")
+def fencing_endpoint(pulsar_endpoint: PulsarEndpoint) -> Iterator[PulsarEndpoint]:
+    """A broker for tests whose writers fence each other densely (see
+    :func:`harness.start_fencing_endpoint`); started on first use."""
+    endpoint = start_fencing_endpoint(pulsar_endpoint)
+    try:
+        yield endpoint
+    finally:
+        if endpoint is not pulsar_endpoint:
+            stop_endpoint(endpoint)
 
 
 @pytest.fixture
