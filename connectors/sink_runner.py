@@ -1,4 +1,4 @@
-"""``pulsar-state sink run --config sink.yaml``: the SQL sink on its own, without a worker.
+"""The SQL sink on its own, without a worker (``pulsar-state sink run --config sink.yaml``).
 
 Config (YAML or JSON)::
 
@@ -31,9 +31,9 @@ past the record; a restart resumes there). A record that can never be written
 counted either way (:mod:`.dead_letter`). SIGINT and SIGTERM stop the runner
 cleanly (in a group, its partitions move at once).
 
-The command takes the same ``--auth-*`` and ``--tls-*`` options as the other
-``pulsar-state`` commands (:func:`~pulsar_state.cli_options.auth_options`), for
-the broker and the admin API. The database password comes from the
+The command (:mod:`pulsar_state.cli.sink`) takes the same ``--auth-*`` and
+``--tls-*`` options as the other ``pulsar-state`` commands, for the broker and
+the admin API. The database password comes from the
 ``PULSAR_STATE_DATABASE_PASSWORD`` environment variable rather than the config
 file (:func:`~.sql_backend.database_password`). ``--metrics-port`` serves
 Prometheus metrics and ``/healthz`` (:mod:`.sink_health`).
@@ -43,30 +43,25 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import signal
 import threading
 import time
-from pathlib import Path
-from types import FrameType
 from typing import Any, Protocol
 
-import click
 import pulsar
-import yaml
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponential
 
-from pulsar_state.cli_options import auth_options, client_logger, cluster_auth
+from pulsar_state.client_log import client_logger
 from pulsar_state.cluster_auth import ClusterAuth
 from pulsar_state.connectors.dead_letter import DeadLetters, read_key
 from pulsar_state.connectors.sink import SinkRecord, SqlUpsertSink, record_metadata
 from pulsar_state.connectors.sink_group import LOCAL_KEYS, GroupSettings, SinkGroup
-from pulsar_state.connectors.sink_health import SINK_RECORDS, MetricsServer, SinkHealth
+from pulsar_state.connectors.sink_health import SINK_RECORDS, SinkHealth
 from pulsar_state.connectors.sql_backend import SinkDatabaseError
-from pulsar_state.errors import ConfigurationError, PoisonRecordError, PulsarStateError
+from pulsar_state.errors import ConfigurationError, PoisonRecordError
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import PulsarMap
 
-__all__ = ["run_sink", "sink"]
+__all__ = ["run_sink"]
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +154,7 @@ def run_sink(
         group = dataclasses.replace(group, admin_headers=headers)
     stop = stop or threading.Event()
     health = health or SinkHealth()
-    # the native logger: a Python one can abort the process at exit (see cli_options)
+    # the native logger: a Python one can abort the process at exit (see client_log)
     client = pulsar.Client(config["serviceUrl"], logger=client_logger(), **auth.client_kwargs())
     sink = SqlUpsertSink()
     dead_letters = DeadLetters(client, config.get("deadLetterTopic"))
@@ -221,78 +216,3 @@ def run_sink(
         dead_letters.close()
         sink.close()
         client.close()
-
-
-@click.group()
-def sink() -> None:
-    """The SQL sink (SQLite or PostgreSQL) outside the functions runtime."""
-
-
-@sink.command()
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    required=True,
-)
-@click.option(
-    "--max-idle-s", type=float, default=None, help="Stop after this long without records."
-)
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    default=None,
-    help="Serve Prometheus metrics (/metrics) and health (/healthz: 200 while connected "
-    "and consuming, else 503) on this port; 0 picks a free one.",
-)
-@click.option(
-    "--metrics-addr",
-    default="0.0.0.0",
-    show_default=True,
-    help="The address the metrics server listens on.",
-)
-@auth_options
-def run(
-    config_path: Path,
-    max_idle_s: float | None,
-    metrics_port: int | None,
-    metrics_addr: str,
-    **auth_opts: Any,
-) -> None:
-    """Consume the topic and upsert its records into the table."""
-    data = yaml.safe_load(config_path.read_text())
-    if not isinstance(data, dict):
-        raise click.ClickException(f"{config_path}: a sink config is a mapping")
-    auth = cluster_auth(auth_opts)
-    health = SinkHealth()
-    server = None
-    if metrics_port is not None:
-        try:
-            server = MetricsServer(port=metrics_port, addr=metrics_addr, health=health)
-        except OSError as exc:
-            raise click.ClickException(
-                f"cannot serve metrics on {metrics_addr}:{metrics_port}: {exc}"
-            ) from exc
-        click.echo(f"metrics on port {server.port} (/metrics, /healthz)", err=True)
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
-        log.info("signal %d: stopping", signum)
-        stop.set()
-
-    # a clean stop between two records; a second signal still interrupts at once
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        done = run_sink(data, max_idle_s=max_idle_s, stop=stop, auth=auth, health=health)
-    except (PulsarStateError, ConfigurationError, pulsar.PulsarException) as exc:
-        raise click.ClickException(str(exc)) from exc
-    except KeyboardInterrupt:
-        return
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        if server is not None:
-            server.close()
-    click.echo(f"written {done.written}, skipped {done.skipped}, poisoned {done.poisoned}")

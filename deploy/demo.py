@@ -20,27 +20,22 @@ import uuid
 from importlib import resources
 from pathlib import Path
 
-import click
 import pulsar
 
-from pulsar_state.cli_options import auth_options, client_logger, cluster_auth
+from pulsar_state.client_log import client_logger
 from pulsar_state.cluster_auth import ClusterAuth
-from pulsar_state.deploy.cli import default_data_dir
 from pulsar_state.deploy.demo_functions import functions_demo
 from pulsar_state.deploy.function_ready import DeployedFunction
+from pulsar_state.deploy.narration import say, step
 from pulsar_state.deploy.rest_admin import PulsarAdminRest
 from pulsar_state.deploy.standalone import StandaloneBroker
-from pulsar_state.errors import PulsarStateError
+from pulsar_state.errors import ConfigurationError, PulsarStateError
 from pulsar_state.pulsar_map import PulsarMap
 from pulsar_state.topic_names import full_topic_name
 
-__all__ = ["demo", "smoke_demo"]
+__all__ = ["run_demo", "smoke_demo"]
 
 log = logging.getLogger(__name__)
-
-
-def _step(text: str) -> None:
-    click.secho(f"==> {text}", bold=True)
 
 
 def _shared_state_demo(
@@ -48,7 +43,7 @@ def _shared_state_demo(
 ) -> None:
     """Two managers, several threads, one counter: nothing lost, one log."""
     topic = full_topic_name(f"demo-state-{suffix}")
-    _step(f"shared state: two PulsarMaps on {topic}, 4 threads each incrementing")
+    step(f"shared state: two PulsarMaps on {topic}, 4 threads each incrementing")
     # fencing is expected here: keep the native log quiet (errors only)
     auth = auth or ClusterAuth()
     clients = [
@@ -88,14 +83,14 @@ def _shared_state_demo(
                 f"the shared state step lost increments on {topic}: counter = {values}, "
                 f"expected {len(threads) * per_thread}"
             )
-        click.echo(
+        say(
             f"  counter = {values} (expected {len(threads) * per_thread} in both), "
             f"{len(threads) * per_thread / took:.0f} increments/s"
         )
         maps[0].put_all({f"node-{i}": i for i in range(5)}).result(timeout=60)
         keys = sorted(maps[1].list_keys(latest=True).result(timeout=60))
-        click.echo(f"  an atomic put_all seen by the other manager: {keys}")
-        click.echo(f"  writer epochs (fencing tokens): {[m.manager.epoch for m in maps]}")
+        say(f"  an atomic put_all seen by the other manager: {keys}")
+        say(f"  writer epochs (fencing tokens): {[m.manager.epoch for m in maps]}")
     finally:
         for m in maps:
             m.close()
@@ -129,7 +124,7 @@ def smoke_demo(
     fqn = ("public", "default", f"smoke-{suffix}")
     source = full_topic_name(f"smoke-in-{suffix}")
     sink = full_topic_name(f"smoke-out-{suffix}")
-    _step(f"deploying the smoke function {'/'.join(fqn)} through the admin REST API")
+    step(f"deploying the smoke function {'/'.join(fqn)} through the admin REST API")
     client = pulsar.Client(service_url, logger=client_logger(), **auth.client_kwargs())
     with DeployedFunction(
         admin_url=admin_url, fqn=fqn, logs_dir=logs_dir, headers=auth.admin_headers()
@@ -146,9 +141,9 @@ def smoke_demo(
             }
             admin.create_function(fqn=fqn, config=config, code=_smoke_source())
             function.wait_ready(inputs=[source], instances=1, timeout_s=timeout_s)
-            click.echo("  running, and subscribed to its input")
+            say("  running, and subscribed to its input")
             producer = client.create_producer(source)
-            _step(f"sending {messages} messages through it")
+            step(f"sending {messages} messages through it")
             for i in range(messages):
                 producer.send(f"hello {i}".encode())
             for i in range(messages):
@@ -156,11 +151,11 @@ def smoke_demo(
                     consumer, what=f"answer {i + 1} of {messages} on {sink}", timeout_s=timeout_s
                 )
                 answers.append(msg.data().decode())
-                click.echo(f"  {answers[-1]}")
+                say(f"  {answers[-1]}")
                 consumer.acknowledge(msg)
             status = admin.function_status(fqn)
             processed = sum(i["status"]["numSuccessfullyProcessed"] for i in status["instances"])
-            click.echo(
+            say(
                 f"function status: {status['numRunning']}/{status['numInstances']} running, "
                 f"processed {processed}"
             )
@@ -180,50 +175,39 @@ def _delete_quietly(admin: PulsarAdminRest, fqn: tuple[str, str, str]) -> None:
         log.warning("could not delete %s: %s", "/".join(fqn), str(exc)[-300:])
 
 
-@click.command()
-@click.option(
-    "--data-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=default_data_dir,
-    help="Data directory of the embedded broker.",
-)
-@click.option("--messages", default=5, show_default=True, help="Messages to send through.")
-@click.option("--keep-broker", is_flag=True, help="Leave the broker running afterwards.")
-@click.option(
-    "--service-url",
-    default=None,
-    help="Run on this existing cluster's broker instead of the embedded one (with --admin-url).",
-)
-@click.option("--admin-url", default=None, help="The existing cluster's admin URL.")
-@auth_options
-def demo(
+def run_demo(
+    *,
     data_dir: Path,
-    messages: int,
-    keep_broker: bool,
-    service_url: str | None,
-    admin_url: str | None,
-    **auth_opts: object,
+    messages: int = 5,
+    keep_broker: bool = False,
+    service_url: str | None = None,
+    admin_url: str | None = None,
+    auth: ClusterAuth | None = None,
 ) -> None:
-    """Start the embedded broker, run a Python function and the shared state on it."""
-    auth = cluster_auth(auth_opts)
+    """The demo: on the embedded standalone (started on ``data_dir``, stopped afterwards
+    unless ``keep_broker``), or on the cluster at ``service_url`` and ``admin_url``
+    (both or neither: ConfigurationError).
+
+    Raises PulsarStateError naming the step that failed (and, on the embedded
+    broker, where its log is), or pulsar.PulsarException.
+    """
+    auth = auth or ClusterAuth()
     if (service_url is None) != (admin_url is None):
-        raise click.UsageError("give both --service-url and --admin-url, or neither")
+        raise ConfigurationError("give both --service-url and --admin-url, or neither")
     suffix = uuid.uuid4().hex[:8]
     if service_url is not None and admin_url is not None:
         try:
             _steps(service_url, admin_url, suffix, messages=messages, logs_dir=None, auth=auth)
-        except PulsarStateError as exc:
-            raise click.ClickException(str(exc)) from exc
         except pulsar.PulsarException as exc:
-            raise click.ClickException(f"the Pulsar client failed: {exc!r}") from exc
+            raise PulsarStateError(f"the Pulsar client failed: {exc!r}") from exc
         return
     broker = StandaloneBroker(data_dir=data_dir)
     try:
-        _step(f"starting the Pulsar standalone on {data_dir} (first run downloads ~240 MB)")
+        step(f"starting the Pulsar standalone on {data_dir} (first run downloads ~240 MB)")
         t0 = time.monotonic()
         info = broker.start()
-        click.echo(info.describe())
-        click.echo(f"ready in {time.monotonic() - t0:.1f}s (pid {info.pid}, Pulsar {info.version})")
+        say(info.describe())
+        say(f"ready in {time.monotonic() - t0:.1f}s (pid {info.pid}, Pulsar {info.version})")
         logs_dir = data_dir / "logs"
         _steps(
             info.service_url,
@@ -234,15 +218,15 @@ def demo(
             auth=auth,
         )
     except PulsarStateError as exc:  # says which step and, for a function, where its log is
-        raise click.ClickException(f"{exc} [broker log: {broker.log_file}]") from exc
+        raise PulsarStateError(f"{exc} [broker log: {broker.log_file}]") from exc
     except pulsar.PulsarException as exc:
-        raise click.ClickException(
+        raise PulsarStateError(
             f"the Pulsar client failed: {exc!r} [broker log: {broker.log_file}]"
         ) from exc
     finally:
         if not keep_broker:
             broker.stop()
-            click.echo("stopped the standalone (use --keep-broker to leave it running)")
+            say("stopped the standalone (use --keep-broker to leave it running)")
 
 
 def _steps(
@@ -257,4 +241,4 @@ def _steps(
     smoke_demo(service_url, admin_url, suffix, messages, logs_dir=logs_dir, auth=auth)
     _shared_state_demo(service_url, admin_url, suffix, auth)
     functions_demo(service_url, admin_url, suffix, logs_dir=logs_dir, auth=auth)
-    _step("done")
+    step("done")

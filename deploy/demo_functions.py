@@ -14,17 +14,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import click
 import pulsar
 import yaml
 
-from pulsar_state.cli_options import client_logger
+from pulsar_state.client_log import client_logger
 from pulsar_state.cluster_auth import ClusterAuth
 from pulsar_state.connectors.sink import open_backend
 from pulsar_state.connectors.sql_backend import SinkDatabaseError
 from pulsar_state.deploy.function_package import build_function_package
 from pulsar_state.deploy.function_ready import DeployedFunction
 from pulsar_state.deploy.functions_deploy import FUNCTIONS, _config_dir, _entry
+from pulsar_state.deploy.narration import say, step
 from pulsar_state.deploy.rest_admin import PulsarAdminRest
 from pulsar_state.errors import PulsarStateError
 from pulsar_state.function_secrets import ADMIN_TOKEN_SECRET
@@ -90,10 +90,10 @@ def _sink_demo(client: pulsar.Client, sink: DeployedFunction, topic: str, databa
     producer = client.create_producer(topic)
     expected: dict[str, str] = {}
     orders = [(f"order-{i % 4}", json.dumps({"qty": i})) for i in range(10)]
-    with click.progressbar(orders, label="  sending keyed orders to the SQL sink") as bar:
-        for key, value in bar:
-            producer.send(value.encode(), partition_key=key)
-            expected[key] = value
+    say("  sending keyed orders to the SQL sink")
+    for key, value in orders:
+        producer.send(value.encode(), partition_key=key)
+        expected[key] = value
     producer.send(b"", partition_key="order-0")  # an empty value deletes the row
     del expected["order-0"]
     try:
@@ -103,9 +103,9 @@ def _sink_demo(client: pulsar.Client, sink: DeployedFunction, topic: str, databa
             timeout_s=120,
             seen=lambda: f"it holds {table()}",
         )
-        click.echo(f"  table kv in {database} (effectively once, latest per key):")
+        say(f"  table kv in {database} (effectively once, latest per key):")
         for key, value in table().items():
-            click.echo(f"    {key:8} {value}")
+            say(f"    {key:8} {value}")
     finally:
         backend.close()
 
@@ -129,7 +129,7 @@ def _show_assignments(
         seen=lambda: f"assigned: {mine}",
     )
     for member_id, assigned in mine.items():
-        click.echo(f"  {member_id}: {', '.join(assigned)}")
+        say(f"  {member_id}: {', '.join(assigned)}")
 
 
 def functions_demo(
@@ -147,10 +147,7 @@ def functions_demo(
     :class:`~pulsar_state.deploy.errors.FunctionNotReadyError` naming the function and
     its log (under ``logs_dir`` for the embedded broker).
     """
-    click.secho(
-        "==> packaged functions on the shared state (deployed from deploy/functions/*.yaml)",
-        bold=True,
-    )
+    step("packaged functions on the shared state (deployed from deploy/functions/*.yaml)")
     auth = auth or ClusterAuth()
     admin = PulsarAdminRest.with_auth(admin_url, auth)
     client = pulsar.Client(service_url, logger=client_logger(), **auth.client_kwargs())
@@ -190,12 +187,12 @@ def functions_demo(
             adminUrl=admin_url,
         )
         deployed.append(sink)
-        click.echo(f"  running and subscribed: {wc.name} (2 instances), {fmm.name}, {sink.name}")
+        say(f"  running and subscribed: {wc.name} (2 instances), {fmm.name}, {sink.name}")
 
         producer = client.create_producer(full_topic_name(f"wordcount-in-{suffix}"))
-        with click.progressbar(LINES, label="  sending lines to the word count") as bar:
-            for line in bar:
-                producer.send(line.encode())
+        say("  sending lines to the word count")
+        for line in LINES:
+            producer.send(line.encode())
         expected = Counter(w for line in LINES for w in line.split())
         with PulsarMap[str, Any](
             client, state_topic, admin_url=admin_url, admin_headers=auth.admin_headers()
@@ -212,7 +209,7 @@ def functions_demo(
                 if k.startswith("counter/")
             }
         top = ", ".join(f"{w}={n}" for w, n in sorted(got.items(), key=lambda x: -x[1])[:6])
-        click.echo(f"  counters (effectively once): {top}  exact={got == dict(expected)}")
+        say(f"  counters (effectively once): {top}  exact={got == dict(expected)}")
 
         requests = client.create_producer(full_topic_name(f"function-metadata-requests-{suffix}"))
         answers_topic = full_topic_name(f"function-metadata-answers-{suffix}")
@@ -242,7 +239,7 @@ def functions_demo(
             verdict = (
                 f"version {answer['version']}" if answer["ok"] else f"refused: {answer['error']}"
             )
-            click.echo(f"  metadata {request['op']:6} {request['fqn']}: {verdict}")
+            say(f"  metadata {request['op']:6} {request['fqn']}: {verdict}")
 
         _sink_demo(client, sink, full_topic_name(f"sql-sink-input-{suffix}"), database)
 
@@ -261,7 +258,7 @@ def functions_demo(
         )
         deployed.append(scheduler)
         heartbeats = full_topic_name(f"function-heartbeats-{suffix}")
-        click.echo(
+        say(
             f"  running and subscribed: {scheduler.name} (2 instances); 3 workers heartbeat "
             "to it, it schedules the metadata manager's records"
         )
@@ -277,7 +274,7 @@ def functions_demo(
         ]
         try:
             _show_assignments(scheduler, members, 5)
-            click.echo("  worker-2 leaves:")
+            say("  worker-2 leaves:")
             members.pop().close()
             _show_assignments(scheduler, members, 5)
         finally:
@@ -289,7 +286,7 @@ def functions_demo(
                 admin.delete_function(function.fqn)
                 admin.delete_packages(function.fqn)
             except PulsarStateError as exc:
-                click.echo(f"  could not delete {function.name}: {exc}", err=True)
+                say(f"  could not delete {function.name}: {exc}", err=True)
             function.close()
         client.close()
         admin.close()

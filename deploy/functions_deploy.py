@@ -1,4 +1,5 @@
-"""``pulsar-state deploy|undeploy``: the packaged functions onto any cluster.
+"""Deploy the packaged functions onto any cluster (``pulsar-state deploy|undeploy|package``,
+whose options are in :mod:`pulsar_state.cli.deploy`).
 
 Each function has a config file in ``deploy/functions/*.yaml`` (the format of
 ``pulsar-admin functions create --function-config-file``) and a single-file
@@ -20,7 +21,7 @@ subscription, so what is sent next is seen.
 (:mod:`~pulsar_state.deploy.rest_admin`: multipart upload as ``pulsar-admin``
 does), so deploying needs no Java and no Pulsar distribution; ``cli`` runs the
 distribution's ``bin/pulsar-admin``. Both take the same ``--auth-*`` and
-``--tls-*`` options (:func:`~pulsar_state.cli_options.auth_options`). The
+``--tls-*`` options (:func:`~pulsar_state.cli.options.auth_options`). The
 functions' own admin calls authenticate with the function secret
 ``adminToken`` (:mod:`~pulsar_state.function_secrets`), which ``deploy``
 fills in from ``--function-auth-token`` (default: the token it deploys with)
@@ -32,25 +33,30 @@ from __future__ import annotations
 import logging
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
 
-import click
 import yaml
 
-from pulsar_state.cli_options import auth_options, cluster_auth
 from pulsar_state.cluster_auth import ClusterAuth
 from pulsar_state.deploy.errors import PulsarAdminError
 from pulsar_state.deploy.function_package import build_function_package
 from pulsar_state.deploy.function_ready import DeployedFunction
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 from pulsar_state.deploy.rest_admin import PulsarAdminRest
-from pulsar_state.errors import ConfigurationError, PulsarStateError
+from pulsar_state.errors import ConfigurationError
 from pulsar_state.function_secrets import ADMIN_TOKEN_SECRET
 
-__all__ = ["FUNCTIONS", "deploy", "package", "render_config", "undeploy"]
+__all__ = [
+    "ADMIN_CLIENTS",
+    "FUNCTIONS",
+    "build_packages",
+    "deploy_functions",
+    "render_config",
+    "undeploy_functions",
+]
 
 log = logging.getLogger(__name__)
 
@@ -115,22 +121,10 @@ def render_config(
     return rendered, filled
 
 
-_admin_option = click.option(
-    "--admin-url",
-    envvar="PULSAR_ADMIN_URL",
-    required=True,
-    help="The cluster's admin URL (env PULSAR_ADMIN_URL).",
-)
+#: the admin clients: rest (the admin REST API, no Java) or cli (bin/pulsar-admin)
+ADMIN_CLIENTS = ("rest", "cli")
 
-_admin_client_option = click.option(
-    "--admin-client",
-    type=click.Choice(["rest", "cli"]),
-    envvar="PULSAR_STATE_ADMIN_CLIENT",
-    default="rest",
-    show_default=True,
-    help="rest: the admin REST API, no Java needed; cli: the Pulsar distribution's "
-    "bin/pulsar-admin (env PULSAR_STATE_ADMIN_CLIENT).",
-)
+Echo = Callable[[str], None]
 
 Fqn = tuple[str, str, str]
 
@@ -233,25 +227,14 @@ class _RestAdmin:
 
 
 def _admin(kind: str, admin_url: str, auth: ClusterAuth) -> _Admin:
-    try:
-        return _RestAdmin(admin_url, auth) if kind == "rest" else _CliAdmin(admin_url, auth)
-    except PulsarStateError as exc:  # no Java or distribution for cli, a bad URL
-        raise click.ClickException(str(exc)) from exc
+    """The admin client ``kind`` (see :data:`ADMIN_CLIENTS`); PulsarStateError if unusable
+    (no Java or distribution for cli, a bad URL)."""
+    if kind not in ADMIN_CLIENTS:
+        raise ConfigurationError(f"admin client: one of {', '.join(ADMIN_CLIENTS)}, got {kind!r}")
+    return _RestAdmin(admin_url, auth) if kind == "rest" else _CliAdmin(admin_url, auth)
 
 
-_worker_python_options = [
-    click.option("--python-version", help="The workers' Python, e.g. 3.12 (default: this one)."),
-    click.option("--platform", help="The workers' platform tag, e.g. manylinux2014_x86_64."),
-]
-
-
-def _with_worker_python(command: Any) -> Any:
-    for option in reversed(_worker_python_options):
-        command = option(command)
-    return command
-
-
-def _packages(
+def build_packages(
     out_dir: Path, python_version: str | None, platform: str | None
 ) -> Iterator[tuple[str, Path]]:
     """Build each function's zip into ``out_dir``: (config file, zip)."""
@@ -267,117 +250,72 @@ def _packages(
         yield config_file, zip_path
 
 
-@click.command()
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("dist/functions"),
-    show_default=True,
-    help="Where the <function name>.zip packages go.",
-)
-@_with_worker_python
-def package(out_dir: Path, python_version: str | None, platform: str | None) -> None:
-    """Build a self-contained zip for each function (--py of functions create)."""
-    try:
-        for _, path in _packages(out_dir, python_version, platform):
-            click.echo(f"{path} ({path.stat().st_size // 1024} KiB)")
-    except ConfigurationError as exc:
-        raise click.ClickException(str(exc)) from exc
-
-
-@click.command()
-@_admin_option
-@auth_options
-@_admin_client_option
-@click.option(
-    "--code",
-    type=click.Choice(["zip", "entry"]),
-    default="zip",
-    show_default=True,
-    help="zip: a self-contained package per function; entry: only the entry file "
-    "(the workers' Python has pulsar-shared-state installed).",
-)
-@click.option(
-    "--function-admin-url",
-    envvar="PULSAR_STATE_FUNCTION_ADMIN_URL",
-    help="The admin URL the functions use to protect their topics, where a config "
-    "leaves userConfig.adminUrl unset (default: --admin-url).",
-)
-@click.option(
-    "--function-auth-token",
-    envvar="PULSAR_STATE_FUNCTION_AUTH_TOKEN",
-    help="The token the functions' admin calls use (their secret adminToken), where a "
-    "config's secrets leave it unset (default: the token deploy uses, if any).",
-)
-@click.option(
-    "--wait-s",
-    type=click.FloatRange(min=0),
-    default=300.0,
-    show_default=True,
-    help="How long to wait for every function to run and subscribe to its inputs (0: no wait).",
-)
-@_with_worker_python
-def deploy(
+def deploy_functions(
     *,
     admin_url: str,
-    admin_client: str,
-    code: str,
-    function_admin_url: str | None,
-    function_auth_token: str | None,
-    wait_s: float,
-    python_version: str | None,
-    platform: str | None,
-    **auth_opts: Any,
+    auth: ClusterAuth,
+    admin_client: str = "rest",
+    code: str = "zip",
+    function_admin_url: str | None = None,
+    function_auth_token: str | None = None,
+    wait_s: float = 300.0,
+    python_version: str | None = None,
+    platform: str | None = None,
+    echo: Echo = print,
 ) -> None:
-    """Create the packaged functions on the cluster, or update those already there."""
-    auth = cluster_auth(auth_opts)
+    """Create the packaged functions on the cluster, or update those already there.
+
+    ``code``: ``zip`` (a self-contained package each, see :func:`build_packages`)
+    or ``entry`` (only the entry file). Each config is filled in
+    (:func:`render_config`) with ``function_admin_url`` (default ``admin_url``)
+    and ``function_auth_token`` (default ``auth``'s token). Then, unless
+    ``wait_s`` is 0, waits until every function runs and is subscribed to its
+    inputs. ``echo`` is told each step. Raises PulsarStateError (a failed
+    admin call, a function not ready in time) or ConfigurationError.
+    """
+    if code not in ("zip", "entry"):
+        raise ConfigurationError(f"code: zip or entry, got {code!r}")
     admin = _admin(admin_client, admin_url, auth)
     deployed: list[tuple[Fqn, dict[str, Any]]] = []
     try:
         with tempfile.TemporaryDirectory(prefix="pss-deploy-") as tmp:
             if code == "zip":
-                try:
-                    targets = list(_packages(Path(tmp), python_version, platform))
-                except ConfigurationError as exc:
-                    raise click.ClickException(str(exc)) from exc
+                targets = list(build_packages(Path(tmp), python_version, platform))
             else:
                 targets = [
                     (config_file, _entry(entry)) for config_file, (entry, _) in FUNCTIONS.items()
                 ]
             for config_file, py in targets:
-                try:
-                    config, filled = render_config(
-                        _load(config_file),
-                        admin_url=function_admin_url or admin_url,
-                        admin_token=function_auth_token or auth.token(),
-                    )
-                except ConfigurationError as exc:
-                    raise click.ClickException(str(exc)) from exc
+                config, filled = render_config(
+                    _load(config_file),
+                    admin_url=function_admin_url or admin_url,
+                    admin_token=function_auth_token or auth.token(),
+                )
                 fqn = (config["tenant"], config["namespace"], config["name"])
                 path = Path(tmp) / config_file  # what is sent: the shipped file, filled in
                 path.write_text(yaml.safe_dump(config, sort_keys=False))
                 if filled:
-                    click.echo(f"{'/'.join(fqn)}: {', '.join(filled)}")
+                    echo(f"{'/'.join(fqn)}: {', '.join(filled)}")
                 deployed.append((fqn, config))
-                try:
-                    if admin.exists(fqn):
-                        admin.update(fqn, config, path, py)
-                        click.echo(f"updated {'/'.join(fqn)}")
-                        continue
-                    admin.delete_packages(fqn)  # left by an earlier delete of the same name
-                    admin.create(fqn, config, path, py)
-                    click.echo(f"created {'/'.join(fqn)}")
-                except PulsarStateError as exc:
-                    raise click.ClickException(str(exc)) from exc
+                if admin.exists(fqn):
+                    admin.update(fqn, config, path, py)
+                    echo(f"updated {'/'.join(fqn)}")
+                    continue
+                admin.delete_packages(fqn)  # left by an earlier delete of the same name
+                admin.create(fqn, config, path, py)
+                echo(f"created {'/'.join(fqn)}")
     finally:
         admin.close()
     if wait_s > 0:
-        _wait_ready(admin_url, deployed, wait_s, auth)
+        _wait_ready(admin_url, deployed, wait_s, auth, echo)
 
 
 def _wait_ready(
-    admin_url: str, deployed: list[tuple[Fqn, dict[str, Any]]], wait_s: float, auth: ClusterAuth
+    admin_url: str,
+    deployed: list[tuple[Fqn, dict[str, Any]]],
+    wait_s: float,
+    auth: ClusterAuth,
+    echo: Echo,
 ) -> None:
     """Every function running and subscribed to its inputs, or a clear error."""
     for fqn, config in deployed:
@@ -388,33 +326,28 @@ def _wait_ready(
             subscription=config.get("subName"),
             headers=auth.admin_headers(),
         ) as function:
-            try:
-                function.wait_ready(
-                    inputs=inputs, instances=int(config.get("parallelism", 1)), timeout_s=wait_s
-                )
-            except PulsarStateError as exc:
-                raise click.ClickException(str(exc)) from exc
-        click.echo(f"ready {function.name}: running, subscribed to {', '.join(inputs)}")
+            function.wait_ready(
+                inputs=inputs, instances=int(config.get("parallelism", 1)), timeout_s=wait_s
+            )
+        echo(f"ready {function.name}: running, subscribed to {', '.join(inputs)}")
 
 
-@click.command()
-@_admin_option
-@auth_options
-@_admin_client_option
-def undeploy(admin_url: str, admin_client: str, **auth_opts: Any) -> None:
-    """Delete the packaged functions (and their stored code) from the cluster."""
-    admin = _admin(admin_client, admin_url, cluster_auth(auth_opts))
+def undeploy_functions(
+    *, admin_url: str, auth: ClusterAuth, admin_client: str = "rest", echo: Echo = print
+) -> None:
+    """Delete the packaged functions (and their stored code) from the cluster.
+
+    A function that is not deployed is told to ``echo``, not an error.
+    """
+    admin = _admin(admin_client, admin_url, auth)
     try:
         for config_file in FUNCTIONS:
             config = _load(config_file)
             fqn = (config["tenant"], config["namespace"], config["name"])
-            try:
-                if admin.delete(fqn):
-                    click.echo(f"deleted {'/'.join(fqn)}")
-                else:
-                    click.echo(f"{'/'.join(fqn)} was not deployed")
-                admin.delete_packages(fqn)
-            except PulsarStateError as exc:
-                raise click.ClickException(str(exc)) from exc
+            if admin.delete(fqn):
+                echo(f"deleted {'/'.join(fqn)}")
+            else:
+                echo(f"{'/'.join(fqn)} was not deployed")
+            admin.delete_packages(fqn)
     finally:
         admin.close()

@@ -1,4 +1,4 @@
-"""``pulsar-state serve``: Pulsar's admin route for function state, read-only, over HTTP.
+"""Pulsar's admin route for function state, read-only, over HTTP (``pulsar-state serve``).
 
 It answers one route as Pulsar's functions worker does,
 ``GET /admin/v3/functions/{tenant}/{namespace}/{function}/state/{key}``: 200
@@ -23,16 +23,12 @@ from __future__ import annotations
 import json
 import logging
 import re
-import signal
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-import click
-
-from pulsar_state.cli_options import admin_headers, cluster_auth, cluster_client, cluster_options
 from pulsar_state.errors import (
     AdminUnreachableError,
     NotFoundError,
@@ -42,7 +38,7 @@ from pulsar_state.errors import (
 )
 from pulsar_state.functions.queryable_state import FunctionStateReader
 
-__all__ = ["FunctionStateServer", "serve"]
+__all__ = ["ROUTE_TEXT", "FunctionStateServer"]
 
 log = logging.getLogger(__name__)
 
@@ -137,48 +133,3 @@ class FunctionStateServer:
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._server.server_close()
-
-
-@click.command()
-@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--timeout", default=30.0, show_default=True, help="Seconds per read.")
-@cluster_options
-def serve(
-    *,
-    port: int,
-    host: str,
-    timeout: float,
-    **cluster: Any,
-) -> None:
-    """Answer Pulsar's admin route for function state, read-only, until stopped.
-
-    GET /admin/v3/functions/{tenant}/{namespace}/{function}/state/{key}: what
-    `pulsar-admin --admin-url http://HOST:PORT functions querystate` asks.
-    """
-    if timeout <= 0:
-        raise click.BadParameter(f"must be > 0, got {timeout}", param_hint="--timeout")
-    auth = cluster_auth(cluster)
-    with cluster_client(cluster["service_url"], timeout, auth) as client:
-        reader = FunctionStateReader(
-            client=client,
-            admin_url=cluster["admin_url"],
-            admin_headers=admin_headers(auth),
-            timeout_s=timeout,
-        )
-        try:
-            server = FunctionStateServer(reader=reader, host=host, port=port)
-        except OSError as exc:
-            reader.close()
-            raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from exc
-        stop = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-        server.start()
-        click.echo(f"serving function state ({ROUTE_TEXT}) on {server.url}")
-        try:
-            while not stop.wait(0.5):
-                pass
-        finally:
-            server.close()
-            reader.close()

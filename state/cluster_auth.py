@@ -113,7 +113,7 @@ class ClusterAuth:
 
     @classmethod
     def from_options(cls, opts: Mapping[str, Any]) -> ClusterAuth:
-        """From the ``pulsar-state`` command options (``cli_options.auth_options``)."""
+        """From the ``pulsar-state`` command options (``pulsar_state.cli.options.auth_options``)."""
         return cls(
             auth_token=opts.get("auth_token") or None,
             auth_plugin=opts.get("auth_plugin") or None,

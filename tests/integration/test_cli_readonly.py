@@ -142,7 +142,7 @@ def test_map_reads_change_no_policy_and_leave_no_subscription(
     assert got.returncode == 0, got.stderr
     assert json.loads(got.stdout) == 7
     absent = _cli(pulsar_endpoint, "map", "--topic", map_topic, "get", "nope")
-    assert absent.returncode == 1
+    assert absent.returncode == 3
     assert "nope: not found" in absent.stderr
     listed = _cli(pulsar_endpoint, "map", "--topic", map_topic, "ls")
     assert listed.returncode == 0, listed.stderr
@@ -176,7 +176,7 @@ def test_meta_reads_change_no_policy(
     binary = _cli(pulsar_endpoint, "meta", "--topic", topic, "get", "/svc/b")
     assert binary.stdout.strip() == "base64:/wA="
     absent = _cli(pulsar_endpoint, "meta", "--topic", topic, "get", "/svc/none")
-    assert absent.returncode == 1
+    assert absent.returncode == 3
     assert "/svc/none: not found" in absent.stderr
     children = _cli(pulsar_endpoint, "meta", "--topic", topic, "ls", "/svc")
     assert children.returncode == 0, children.stderr

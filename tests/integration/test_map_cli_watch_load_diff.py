@@ -111,7 +111,7 @@ def test_diff_two_topics_and_one_topic_at_two_positions(
     _fill(client, a, admin_url, {"same": 1, "changed": "old", "only-a": True})
     _fill(client, b, admin_url, {"same": 1, "changed": "new", "only-b": [1]})
     text = _run(pulsar_endpoint, "map", "diff", a, b)
-    assert text.exit_code == 0, text.output
+    assert text.exit_code == 1, text.output  # they differ: exit 1, as diff
     lines = text.output.splitlines()
     assert lines[:3] == [
         '~ changed: "old" -> "new"',
@@ -131,10 +131,11 @@ def test_diff_two_topics_and_one_topic_at_two_positions(
         m.delete("same").result(30)
         p2 = m.put("later", 2).result(30)
     at = _run(pulsar_endpoint, "map", "diff", f"{a}@{p1}", f"{a}@{p2}")
-    assert at.exit_code == 0, at.output
+    assert at.exit_code == 1, at.output
     assert at.output.splitlines() == ["~ later: 1 -> 2", "- same: 1", "2 differences"]
     # the latest equals the last position
-    assert _run(pulsar_endpoint, "map", "diff", f"{a}@{p2}", a).output.strip() == "0 differences"
+    same = _run(pulsar_endpoint, "map", "diff", f"{a}@{p2}", a)
+    assert (same.exit_code, same.output.strip()) == (0, "0 differences"), same.output
 
 
 def test_wrong_input_is_a_clear_message_and_an_exit_code(

@@ -15,6 +15,11 @@ no topic, session or policy is created or changed, so a role with only the
 consume permission can run them; a missing topic is exit code 3. They show
 the tree as written: an ephemeral node whose owner died stays until a live
 store removes it. ``put`` and ``rm`` open a :class:`MetadataStore`.
+
+``--timeout`` (seconds each operation may take, 30 by default) and the exit
+codes are those of every command (:mod:`.exit_codes`): a missing topic or
+path is 3, a stale ``--version`` 1. ``get`` and ``ls`` print JSON with
+``--output json``.
 """
 
 from __future__ import annotations
@@ -22,27 +27,22 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import click
-import pulsar
 
-from pulsar_state.cli_options import (
-    TopicMissingError,
+from pulsar_state.cli.exit_codes import EXIT_CODES_EPILOG, NotFoundExit
+from pulsar_state.cli.options import (
     cluster_auth,
     cluster_client,
     cluster_options,
+    output_option,
     read_only_view,
+    timeout_option,
     topic_callback,
 )
-from pulsar_state.errors import (
-    BadVersionError,
-    NotFoundError,
-    PulsarStateError,
-    TopicNotFoundError,
-)
+from pulsar_state.config import StateConfig
 from pulsar_state.metadata_state import (
     MetadataTree,
     MetaOp,
@@ -57,39 +57,18 @@ from pulsar_state.topic_view import TopicView
 __all__ = ["meta_group"]
 
 
-_TIMEOUT_S = 30.0
-
-
-@contextlib.contextmanager
-def _errors() -> Iterator[None]:
-    """The library's errors as CLI errors: a message, no traceback."""
-    try:
-        yield
-    except (BadVersionError, NotFoundError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
-    except TopicNotFoundError as exc:
-        raise TopicMissingError(str(exc)) from exc
-    except PulsarStateError as exc:
-        raise click.ClickException(str(exc)) from exc
-    except pulsar.PulsarException as exc:
-        raise click.ClickException(f"Pulsar error: {exc}") from exc
-    except ValueError as exc:
-        raise click.ClickException(f"invalid input: {exc}") from exc
-
-
 @contextlib.contextmanager
 def _open_store(ctx: click.Context) -> Iterator[MetadataStore]:
     """The store, for writing (creates and protects the topic, opens a session)."""
     opts = ctx.obj
     with (
-        cluster_client(opts["service_url"], _TIMEOUT_S, cluster_auth(opts)) as client,
-        _errors(),
+        cluster_client(opts["service_url"], opts["timeout"], cluster_auth(opts)) as client,
         MetadataStore(
             client,
             opts["topic"],
             admin_url=opts["admin_url"],
             admin_headers=cluster_auth(opts).admin_headers(),
+            config=StateConfig(operation_timeout_s=opts["timeout"]),
         ) as store,
     ):
         yield store
@@ -107,8 +86,7 @@ def _view(
 
     with read_only_view(
         ctx.obj,
-        timeout_s=_TIMEOUT_S,
-        errors=_errors,
+        timeout_s=ctx.obj["timeout"],
         codec=_MetaCodec(),
         initializer=MetadataTree,
         applier=apply,
@@ -124,16 +102,17 @@ def _path(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
         raise click.BadParameter(str(exc)) from exc
 
 
-@click.group("meta")
+@click.group("meta", epilog=EXIT_CODES_EPILOG)
 @click.option("--topic", required=True, callback=topic_callback, help="The metadata store's topic.")
 @cluster_options
+@timeout_option
 @click.pass_context
 def meta_group(ctx: click.Context, /, **options: Any) -> None:
     """Read, change and watch a metadata store (PIP-45).
 
     get, ls and watch only read: no topic is created and nothing is changed.
     """
-    # topic, service_url, admin_url, the auth options
+    # topic, service_url, admin_url, the auth options, timeout
     ctx.obj = options
 
 
@@ -147,29 +126,32 @@ def _show(value: bytes) -> str:
 @meta_group.command()
 @click.argument("path", callback=_path)
 @click.option("--stat", is_flag=True, help="Print the Stat as JSON too.")
+@output_option
 @click.pass_context
-def get(ctx: click.Context, path: str, stat: bool) -> None:
-    """Print PATH's value (latest); exit 1 if absent, 3 if no such topic."""
+def get(ctx: click.Context, path: str, stat: bool, fmt: str) -> None:
+    """Print PATH's value (latest); exit 3 if PATH or the topic is missing.
+
+    --output json: {"path": PATH, "value": VALUE, "stat": {...}} (the value as
+    text, or "base64:..."), the Stat always included."""
     with _view(ctx, []) as view:
         found = view.state.get(path)
     if found is None:
-        click.echo(f"{path}: not found", err=True)
-        sys.exit(1)
+        raise NotFoundExit(f"{path}: not found")
+    s = found.stat
+    shown_stat = {
+        "version": s.version,
+        "ctime": s.creation_timestamp,
+        "mtime": s.modification_timestamp,
+        "ephemeral": s.ephemeral,
+        "owner": s.owner,
+        "token": s.token,
+    }
+    if fmt == "json":
+        click.echo(json.dumps({"path": path, "value": _show(found.value), "stat": shown_stat}))
+        return
     click.echo(_show(found.value))
     if stat:
-        s = found.stat
-        click.echo(
-            json.dumps(
-                {
-                    "version": s.version,
-                    "ctime": s.creation_timestamp,
-                    "mtime": s.modification_timestamp,
-                    "ephemeral": s.ephemeral,
-                    "owner": s.owner,
-                    "token": s.token,
-                }
-            )
-        )
+        click.echo(json.dumps(shown_stat))
 
 
 @meta_group.command()
@@ -193,17 +175,24 @@ def put(ctx: click.Context, path: str, value: str, expected: int | None, sequent
             f"a sequential put always creates: -1 or none, got {expected}", param_hint="--version"
         )
     with _open_store(ctx) as store:
-        stat = store.put(path, value.encode(), expected, sequential=sequential).result(_TIMEOUT_S)
+        stat = store.put(path, value.encode(), expected, sequential=sequential).result(
+            ctx.obj["timeout"]
+        )
         click.echo(stat.path if sequential else stat.version)
 
 
 @meta_group.command("ls")
 @click.argument("path", default="/", callback=_path)
+@output_option
 @click.pass_context
-def list_children(ctx: click.Context, path: str) -> None:
-    """List PATH's children (latest); exit 3 if no such topic."""
+def list_children(ctx: click.Context, path: str, fmt: str) -> None:
+    """List PATH's children (latest), one a line (--output json: a JSON list); exit 3 if
+    no such topic."""
     with _view(ctx, []) as view:
         children = view.state.children(path)
+    if fmt == "json":
+        click.echo(json.dumps(list(children)))
+        return
     for child in children:
         click.echo(child)
 
@@ -229,9 +218,9 @@ def remove(ctx: click.Context, path: str, expected: int | None, recursive: bool)
             raise click.BadParameter(str(exc), param_hint="PATH") from exc
     with _open_store(ctx) as store:
         if not recursive:
-            store.delete(path, expected).result(_TIMEOUT_S)
+            store.delete(path, expected).result(ctx.obj["timeout"])
             return
-        for deleted in sorted(store.delete_recursive(path).result(_TIMEOUT_S)):
+        for deleted in sorted(store.delete_recursive(path).result(ctx.obj["timeout"])):
             click.echo(deleted)
 
 

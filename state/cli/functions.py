@@ -1,4 +1,6 @@
-"""``pulsar-state functions querystate``: a function's state key, spelled like pulsar-admin's.
+"""``pulsar-state functions querystate`` and ``pulsar-state serve``: function state from the shell.
+
+``querystate`` reads a function's state key, spelled like pulsar-admin's.
 
 ``pulsar-state functions querystate --tenant T --namespace N --name F --key K
 [--watch]`` (or ``--fqfn T/N/F``; tenant and namespace default to ``public``
@@ -8,50 +10,43 @@ JSON (``key``, ``stringValue`` / ``byteValue`` / ``numberValue``, ``version``;
 topic, found by its name (:mod:`~pulsar_state.functions.queryable_state`).
 Read-only. A missing function or key is a clear message on stderr and exit
 code 3; ``--watch`` prints the value again each time it changes (a missing key
-is reported once and waited for), until interrupted.
+is reported once and waited for), until interrupted. ``--output json`` prints
+each FunctionState on one line instead of indented.
+
+``serve`` answers Pulsar's admin route for function state over HTTP
+(:class:`~pulsar_state.functions.state_server.FunctionStateServer`) until
+stopped. Both take ``--timeout`` (seconds per read, 30 by default) and exit
+with the codes of every command (:mod:`.exit_codes`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
+import signal
 import sys
+import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import click
-import pulsar
 
-from pulsar_state.cli_options import (
-    TopicMissingError,
+from pulsar_state.cli.exit_codes import EXIT_CODES_EPILOG
+from pulsar_state.cli.options import (
     admin_headers,
     cluster_auth,
     cluster_client,
     cluster_options,
+    output_option,
+    timeout_option,
 )
-from pulsar_state.errors import NotFoundError, PulsarStateError
+from pulsar_state.errors import NotFoundError
 from pulsar_state.functions.queryable_state import FunctionNotFoundError, FunctionStateReader
+from pulsar_state.functions.state_server import ROUTE_TEXT, FunctionStateServer
 
-__all__ = ["functions_group"]
-
-
-@contextlib.contextmanager
-def _errors() -> Iterator[None]:
-    """Library errors as CLI errors: not found is exit 3, the rest exit 1; no traceback."""
-    try:
-        yield
-    except NotFoundError as exc:
-        raise TopicMissingError(str(exc)) from exc
-    except PulsarStateError as exc:
-        raise click.ClickException(str(exc)) from exc
-    except pulsar.PulsarException as exc:
-        raise click.ClickException(f"Pulsar error: {exc}") from exc
-    except ValueError as exc:
-        raise click.ClickException(f"invalid input: {exc}") from exc
+__all__ = ["functions_group", "serve"]
 
 
-@click.group("functions")
+@click.group("functions", epilog=EXIT_CODES_EPILOG)
 def functions_group() -> None:
     """Read what Pulsar Functions keep in the shared state."""
 
@@ -64,9 +59,14 @@ def functions_group() -> None:
 @click.option("-k", "--key", required=True, help="The state key.")
 @click.option("-w", "--watch", is_flag=True, help="Print the value again whenever it changes.")
 @click.option(
-    "--interval", default=1.0, show_default=True, help="Seconds between reads with --watch."
+    "--interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Seconds between reads with --watch.",
 )
-@click.option("--timeout", default=30.0, show_default=True, help="Seconds per read.")
+@timeout_option
+@output_option
 @cluster_options
 def querystate(
     *,
@@ -78,19 +78,16 @@ def querystate(
     watch: bool,
     interval: float,
     timeout: float,
+    fmt: str,
     **cluster: Any,
 ) -> None:
-    """Print a function's state KEY as Pulsar's FunctionState JSON; exit 3 if not found."""
-    if timeout <= 0 or interval <= 0:
-        raise click.BadParameter("--timeout and --interval must be > 0")
+    """Print a function's state KEY as Pulsar's FunctionState JSON (indented; --output
+    json: one line); exit 3 if the function or KEY is not found."""
     if not key:
         raise click.BadParameter("must not be empty", param_hint="--key")
     tenant, namespace, name = _function(tenant, namespace, name, fqfn)
     auth = cluster_auth(cluster)
-    with (
-        cluster_client(cluster["service_url"], timeout, auth) as client,
-        _errors(),
-    ):
+    with cluster_client(cluster["service_url"], timeout, auth) as client:
         reader = FunctionStateReader(
             client=client,
             admin_url=cluster["admin_url"],
@@ -99,9 +96,9 @@ def querystate(
         )
         try:
             if not watch:
-                _print(reader.query(tenant, namespace, name, key))
+                _print(reader.query(tenant, namespace, name, key), fmt)
                 return
-            _watch(reader, (tenant, namespace, name), key, interval)
+            _watch(reader, (tenant, namespace, name), key, interval, fmt)
         finally:
             reader.close()
 
@@ -124,13 +121,13 @@ def _function(
     return tenant, namespace, name
 
 
-def _print(state: dict[str, Any]) -> None:
-    click.echo(json.dumps(state, indent=2))
+def _print(state: dict[str, Any], fmt: str) -> None:
+    click.echo(json.dumps(state) if fmt == "json" else json.dumps(state, indent=2))
     sys.stdout.flush()
 
 
 def _watch(
-    reader: FunctionStateReader, fqn: tuple[str, str, str], key: str, interval: float
+    reader: FunctionStateReader, fqn: tuple[str, str, str], key: str, interval: float, fmt: str
 ) -> None:
     """Print each new value until interrupted; a missing function ends it (exit 3)."""
     last: dict[str, Any] | str | None = None
@@ -145,6 +142,49 @@ def _watch(
             if isinstance(state, str):
                 click.echo(state, err=True)
             else:
-                _print(state)
+                _print(state, fmt)
             last = state
         time.sleep(interval)
+
+
+@click.command()
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@timeout_option
+@cluster_options
+def serve(
+    *,
+    port: int,
+    host: str,
+    timeout: float,
+    **cluster: Any,
+) -> None:
+    """Answer Pulsar's admin route for function state, read-only, until stopped.
+
+    GET /admin/v3/functions/{tenant}/{namespace}/{function}/state/{key}: what
+    `pulsar-admin --admin-url http://HOST:PORT functions querystate` asks.
+    """
+    auth = cluster_auth(cluster)
+    with cluster_client(cluster["service_url"], timeout, auth) as client:
+        reader = FunctionStateReader(
+            client=client,
+            admin_url=cluster["admin_url"],
+            admin_headers=admin_headers(auth),
+            timeout_s=timeout,
+        )
+        try:
+            server = FunctionStateServer(reader=reader, host=host, port=port)
+        except OSError as exc:
+            reader.close()
+            raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from exc
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        server.start()
+        click.echo(f"serving function state ({ROUTE_TEXT}) on {server.url}")
+        try:
+            while not stop.wait(0.5):
+                pass
+        finally:
+            server.close()
+            reader.close()

@@ -1,4 +1,8 @@
-"""``pulsar-state broker start|stop|status|restart``: the embedded standalone."""
+"""``pulsar-state broker start|stop|status|logs``: the embedded standalone
+(:class:`~pulsar_state.deploy.standalone.StandaloneBroker`).
+
+``status`` exits 1 when the standalone does not run or does not answer.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,8 @@ from pathlib import Path
 
 import click
 
+from pulsar_state.cli.exit_codes import EXIT_CODES_EPILOG
 from pulsar_state.deploy.distribution import DEFAULT_PULSAR_VERSION, PulsarDistribution
-from pulsar_state.deploy.errors import BrokerError
 from pulsar_state.deploy.standalone import StandaloneBroker
 
 __all__ = ["broker", "default_data_dir"]
@@ -40,7 +44,7 @@ def _broker(
     return StandaloneBroker(data_dir=data_dir, distribution=dist, functions=functions)
 
 
-@click.group()
+@click.group(epilog=EXIT_CODES_EPILOG)
 def broker() -> None:
     """Run a real Apache Pulsar standalone on this machine (loopback only)."""
 
@@ -57,12 +61,7 @@ def broker() -> None:
 @click.option("--fresh", is_flag=True, help="Wipe the broker's data before starting.")
 def start(data_dir: Path, no_functions: bool, pulsar_version: str, fresh: bool) -> None:
     """Obtain Pulsar if needed, start the standalone, wait until it is ready."""
-    try:
-        info = _broker(data_dir, functions=not no_functions, version=pulsar_version).start(
-            fresh=fresh
-        )
-    except BrokerError as exc:
-        raise click.ClickException(str(exc)) from exc
+    info = _broker(data_dir, functions=not no_functions, version=pulsar_version).start(fresh=fresh)
     click.echo(info.describe())
 
 

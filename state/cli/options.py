@@ -1,16 +1,22 @@
-"""Options shared by the ``pulsar-state`` commands that talk to a cluster."""
+"""The options every ``pulsar-state`` command spells the same way, and what reads them.
+
+One set: the cluster's URLs (:func:`cluster_options`), authentication and TLS
+(:func:`auth_options`), ``--timeout`` (:func:`timeout_option`: seconds each
+operation of the command may take, 30 by default) and ``--output text|json``
+(:func:`output_option`: text by default, as the commands always printed).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 import click
 import pulsar
 
+from pulsar_state.client_log import client_logger
 from pulsar_state.cluster_auth import ClusterAuth
 from pulsar_state.errors import ConfigurationError, StateTopicError
 from pulsar_state.op_codec import OpCodec
@@ -18,19 +24,51 @@ from pulsar_state.topic_names import full_topic_name
 from pulsar_state.topic_view import TopicView
 
 __all__ = [
-    "TopicMissingError",
+    "DEFAULT_TIMEOUT_S",
     "admin_headers",
     "auth_options",
     "cluster_auth",
     "cluster_client",
     "cluster_options",
+    "output_option",
     "read_only_view",
+    "timeout_option",
     "topic_callback",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
 S = TypeVar("S")
 Op = TypeVar("Op")
+
+#: ``--timeout``'s default: seconds each operation of a command may take
+DEFAULT_TIMEOUT_S = 30.0
+
+
+def timeout_option(fn: F) -> F:
+    """``--timeout S``: seconds each operation (open, read, write) may take; > 0, 30 by default.
+
+    A value <= 0 is a usage error (exit code 2).
+    """
+    return click.option(
+        "--timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=DEFAULT_TIMEOUT_S,
+        show_default=True,
+        help="Seconds each operation (open, read, write) may take.",
+    )(fn)
+
+
+def output_option(fn: F) -> F:
+    """``--output text|json`` (also spelled ``--format``), passed as ``fmt``; text by default."""
+    return click.option(
+        "--output",
+        "--format",
+        "fmt",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        help="text as always, or JSON (one value or one object a line).",
+    )(fn)
 
 
 def auth_options(fn: F) -> F:
@@ -127,36 +165,12 @@ def cluster_auth(opts: Mapping[str, Any]) -> ClusterAuth:
     return auth
 
 
-_CLIENT_LOG_LEVEL = [pulsar.LoggerLevel.Error]
-
-
-def set_client_log_level(verbose: int) -> None:
-    """The C++ client's own log: errors only unless ``-vv``."""
-    _CLIENT_LOG_LEVEL[0] = pulsar.LoggerLevel.Debug if verbose >= 2 else pulsar.LoggerLevel.Error
-
-
-def client_logger() -> pulsar.ConsoleLogger:
-    """The client's native logger (to stderr).
-
-    Not a Python logger: the C++ client may log from its own threads while the
-    interpreter shuts down, which aborts the process ("terminate called without
-    an active exception", pulsar-client-python issue 256).
-    """
-    return pulsar.ConsoleLogger(_CLIENT_LOG_LEVEL[0])
-
-
 def topic_callback(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     """``--topic``'s callback: the full topic name, or a usage error."""
     try:
         return full_topic_name(value)
     except StateTopicError as exc:
         raise click.BadParameter(str(exc)) from exc
-
-
-class TopicMissingError(click.ClickException):
-    """A read of a topic that does not exist: exit code 3 (reads never create one)."""
-
-    exit_code = 3
 
 
 def _auth(auth: ClusterAuth | str | None) -> ClusterAuth:
@@ -175,7 +189,7 @@ def admin_headers(auth: ClusterAuth | str | None) -> dict[str, str] | None:
 
 @contextlib.contextmanager
 def cluster_client(
-    service_url: str, timeout_s: float = 30.0, auth: ClusterAuth | str | None = None
+    service_url: str, timeout_s: float = DEFAULT_TIMEOUT_S, auth: ClusterAuth | str | None = None
 ) -> Iterator[pulsar.Client]:
     """A client for one command; a bad URL is a clear CLI error; closed afterwards.
 
@@ -201,7 +215,6 @@ def read_only_view(
     opts: Mapping[str, Any],
     *,
     timeout_s: float,
-    errors: Callable[[], AbstractContextManager[None]],
     codec: OpCodec[Op],
     initializer: Callable[[], S],
     applier: Callable[[S, Op], Any],
@@ -210,13 +223,11 @@ def read_only_view(
 
     ``opts`` holds the :func:`cluster_options` (``service_url``, ``admin_url``,
     the :func:`auth_options`) and ``topic``. The client is opened first (a bad URL is a
-    CLI error); ``errors()`` then covers the view's open and the caller's reads;
-    the view and the client are closed afterwards.
+    CLI error); the view and the client are closed afterwards.
     """
     auth = cluster_auth(opts)
     with (
         cluster_client(opts["service_url"], timeout_s, auth) as client,
-        errors(),
         TopicView(
             client=client,
             topic=opts["topic"],

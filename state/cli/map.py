@@ -13,8 +13,10 @@ a JWT from ``--auth-token`` or ``PULSAR_AUTH_TOKEN``.
 log): they create no topic, set no policy, open no producer, so a role with
 only the consume permission can run them; a missing topic is exit code 3.
 ``put``, ``delete`` and ``load`` open a :class:`PulsarMap`, which creates and
-protects the topic. Exit codes: 0 ok, 1 error (bad file, failed write), 2
-usage (bad option, key, position or topic name), 3 no such topic.
+protects the topic. Exit codes (:mod:`.exit_codes`): 0 ok, 1 error (bad
+file, failed write; ``diff``: the sides differ), 2 usage (bad option, key,
+position, timeout or topic name), 3 not found (no such topic; ``get``: no such
+key). ``get`` and ``ls`` print JSON with ``--output json``.
 """
 
 from __future__ import annotations
@@ -27,21 +29,21 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TextIO
 
 import click
-import pulsar
 from tqdm import tqdm
 
 from pulsar_state.admin import PulsarAdmin
-from pulsar_state.cli_options import (
-    TopicMissingError,
+from pulsar_state.cli.exit_codes import ERROR, EXIT_CODES_EPILOG, NotFoundExit
+from pulsar_state.cli.options import (
     cluster_auth,
     cluster_client,
     cluster_options,
+    output_option,
     read_only_view,
+    timeout_option,
     topic_callback,
 )
 from pulsar_state.config import StateConfig
 from pulsar_state.entry_sender import entry_size
-from pulsar_state.errors import PulsarStateError, TopicNotFoundError
 from pulsar_state.map_watch import ChangeTracker, LogFeed, MapChange, key_matcher
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import MapOp, PulsarMap, _apply, _MapCodec
@@ -51,21 +53,6 @@ from pulsar_state.topic_format import check_user_key
 from pulsar_state.topic_view import TopicView
 
 __all__ = ["map_group"]
-
-
-@contextlib.contextmanager
-def _errors() -> Iterator[None]:
-    """The library's errors as CLI errors: a message, no traceback."""
-    try:
-        yield
-    except TopicNotFoundError as exc:
-        raise TopicMissingError(str(exc)) from exc
-    except PulsarStateError as exc:
-        raise click.ClickException(str(exc)) from exc
-    except pulsar.PulsarException as exc:
-        raise click.ClickException(f"Pulsar error: {exc}") from exc
-    except (ValueError, TypeError) as exc:  # a key or value the map refuses
-        raise click.ClickException(f"invalid input: {exc}") from exc
 
 
 def _group_topic(ctx: click.Context) -> str:
@@ -82,7 +69,6 @@ def _open_map(ctx: click.Context, topic: str | None = None) -> Iterator[PulsarMa
     opts = ctx.obj
     with (
         cluster_client(opts["service_url"], opts["timeout"], cluster_auth(opts)) as client,
-        _errors(),
         PulsarMap[str, Any](
             client,
             topic or _group_topic(ctx),
@@ -102,7 +88,6 @@ def _read_map(ctx: click.Context, topic: str | None = None) -> dict[str, Any]:
         read_only_view(
             {**ctx.obj, "topic": topic or _group_topic(ctx)},
             timeout_s=ctx.obj["timeout"],
-            errors=_errors,
             codec=_MapCodec(StrKeySerde(), JsonSerde()),
             initializer=dict,
             applier=_apply,
@@ -124,23 +109,21 @@ def _optional_topic(ctx: click.Context, param: click.Parameter, value: str | Non
     return None if value is None else topic_callback(ctx, param, value)
 
 
-@click.group("map")
+@click.group("map", epilog=EXIT_CODES_EPILOG)
 @click.option(
     "--topic",
     callback=_optional_topic,
     help="The map's topic (persistent://t/ns/name or name), for get, put, delete, ls, dump.",
 )
 @cluster_options
-@click.option("--timeout", default=30.0, show_default=True, help="Seconds per operation.")
+@timeout_option
 @click.pass_context
 def map_group(ctx: click.Context, /, **options: Any) -> None:
     """Read and change a PulsarMap.
 
     get, ls, dump, watch and diff only read: no topic is created and nothing
-    is changed. Exit codes: 0 ok, 1 error, 2 usage, 3 no such topic.
+    is changed.
     """
-    if options["timeout"] <= 0:
-        raise click.BadParameter(f"must be > 0, got {options['timeout']}", param_hint="--timeout")
     # topic, service_url, admin_url, the auth options, timeout
     ctx.obj = options
 
@@ -156,14 +139,19 @@ def _parse(value: str) -> Any:
 
 @map_group.command()
 @click.argument("key", callback=_user_key)
+@output_option
 @click.pass_context
-def get(ctx: click.Context, key: str) -> None:
-    """Print KEY's value (latest) as JSON; exit 1 if absent, 3 if no such topic."""
+def get(ctx: click.Context, key: str, fmt: str) -> None:
+    """Print KEY's value (latest) as JSON; exit 3 if KEY or the topic is missing.
+
+    --output json: {"key": KEY, "value": VALUE}."""
     entries = _read_map(ctx)
     if key not in entries:
-        click.echo(f"{key}: not found", err=True)
-        sys.exit(1)
-    click.echo(json.dumps(entries[key]))
+        raise NotFoundExit(f"{key}: not found")
+    if fmt == "json":
+        click.echo(json.dumps({"key": key, "value": entries[key]}))
+    else:
+        click.echo(json.dumps(entries[key]))
 
 
 @map_group.command()
@@ -187,10 +175,16 @@ def delete(ctx: click.Context, key: str) -> None:
 
 
 @map_group.command("ls")
+@output_option
 @click.pass_context
-def list_keys(ctx: click.Context) -> None:
-    """List the keys (latest), sorted; exit 3 if no such topic."""
-    for key in sorted(_read_map(ctx)):
+def list_keys(ctx: click.Context, fmt: str) -> None:
+    """List the keys (latest), sorted, one a line (--output json: a JSON list); exit 3
+    if no such topic."""
+    keys = sorted(_read_map(ctx))
+    if fmt == "json":
+        click.echo(json.dumps(keys))
+        return
+    for key in keys:
         click.echo(key)
 
 
@@ -208,14 +202,6 @@ def dump(ctx: click.Context, output: Any) -> None:
 # -- watch, load, diff ---------------------------------------------------------
 
 _CODEC: _MapCodec[str, Any] = _MapCodec(StrKeySerde(), JsonSerde())
-_FORMAT = click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="text lines, or one JSON object a line.",
-)
 
 
 def _topic_argument(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -235,7 +221,7 @@ def _log_feed(ctx: click.Context, topic: str, on_write: Any) -> Iterator[LogFeed
     """A read-only replay of ``topic``'s raw log; exit code 3 if there is no such topic."""
     opts = ctx.obj
     auth = cluster_auth(opts)
-    with cluster_client(opts["service_url"], opts["timeout"], auth) as client, _errors():
+    with cluster_client(opts["service_url"], opts["timeout"], auth) as client:
         admin = PulsarAdmin(
             opts["admin_url"],
             headers=auth.admin_headers(),
@@ -294,7 +280,7 @@ def _show_change(change: MapChange[str, Any], fmt: str) -> str:
     default=None,
     help="Stop after S seconds.",
 )
-@_FORMAT
+@output_option
 @click.pass_context
 def watch(
     ctx: click.Context,
@@ -459,13 +445,14 @@ def _differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> Iterator[dict[st
 @map_group.command()
 @click.argument("a")
 @click.argument("b")
-@_FORMAT
+@output_option
 @click.pass_context
 def diff(ctx: click.Context, a: str, b: str, fmt: str) -> None:
     """What changes from A to B: two topics, or one topic at two positions
     (TOPIC@POSITION: the map right after the write at that position; a bare
     TOPIC is its latest state). Text: - KEY: A (only in A), + KEY: B (only in B),
-    ~ KEY: A -> B, then "N differences"; exit 0 either way, 3 if a topic is missing."""
+    ~ KEY: A -> B, then "N differences". Exit 0 if equal, 1 if they differ (as
+    diff does), 3 if a topic is missing."""
     _, left = _state_of(ctx, a)
     _, right = _state_of(ctx, b)
     found = 0
@@ -481,3 +468,5 @@ def diff(ctx: click.Context, a: str, b: str, fmt: str) -> None:
             click.echo(f"~ {d['key']}: {json.dumps(d['a'])} -> {json.dumps(d['b'])}")
     if fmt == "text":
         click.echo(f"{found} differences")
+    if found:
+        ctx.exit(ERROR)

@@ -1,0 +1,142 @@
+"""``pulsar-state deploy|undeploy|package``: the packaged functions onto any cluster.
+
+What they do is in :mod:`~pulsar_state.deploy.functions_deploy` (the configs,
+the packages, the admin clients); here are the options.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from pulsar_state.cli.options import auth_options, cluster_auth
+from pulsar_state.deploy.functions_deploy import (
+    ADMIN_CLIENTS,
+    build_packages,
+    deploy_functions,
+    undeploy_functions,
+)
+
+__all__ = ["deploy", "package", "undeploy"]
+
+C = TypeVar("C", bound=Callable[..., Any])
+
+_admin_option = click.option(
+    "--admin-url",
+    envvar="PULSAR_ADMIN_URL",
+    required=True,
+    help="The cluster's admin URL (env PULSAR_ADMIN_URL).",
+)
+
+_admin_client_option = click.option(
+    "--admin-client",
+    type=click.Choice(ADMIN_CLIENTS),
+    envvar="PULSAR_STATE_ADMIN_CLIENT",
+    default="rest",
+    show_default=True,
+    help="rest: the admin REST API, no Java needed; cli: the Pulsar distribution's "
+    "bin/pulsar-admin (env PULSAR_STATE_ADMIN_CLIENT).",
+)
+
+_worker_python_options = [
+    click.option("--python-version", help="The workers' Python, e.g. 3.12 (default: this one)."),
+    click.option("--platform", help="The workers' platform tag, e.g. manylinux2014_x86_64."),
+]
+
+
+def _with_worker_python(command: C) -> C:
+    for option in reversed(_worker_python_options):
+        command = option(command)
+    return command
+
+
+@click.command()
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("dist/functions"),
+    show_default=True,
+    help="Where the <function name>.zip packages go.",
+)
+@_with_worker_python
+def package(out_dir: Path, python_version: str | None, platform: str | None) -> None:
+    """Build a self-contained zip for each function (--py of functions create)."""
+    for _, path in build_packages(out_dir, python_version, platform):
+        click.echo(f"{path} ({path.stat().st_size // 1024} KiB)")
+
+
+@click.command()
+@_admin_option
+@auth_options
+@_admin_client_option
+@click.option(
+    "--code",
+    type=click.Choice(["zip", "entry"]),
+    default="zip",
+    show_default=True,
+    help="zip: a self-contained package per function; entry: only the entry file "
+    "(the workers' Python has pulsar-shared-state installed).",
+)
+@click.option(
+    "--function-admin-url",
+    envvar="PULSAR_STATE_FUNCTION_ADMIN_URL",
+    help="The admin URL the functions use to protect their topics, where a config "
+    "leaves userConfig.adminUrl unset (default: --admin-url).",
+)
+@click.option(
+    "--function-auth-token",
+    envvar="PULSAR_STATE_FUNCTION_AUTH_TOKEN",
+    help="The token the functions' admin calls use (their secret adminToken), where a "
+    "config's secrets leave it unset (default: the token deploy uses, if any).",
+)
+@click.option(
+    "--wait-s",
+    type=click.FloatRange(min=0),
+    default=300.0,
+    show_default=True,
+    help="How long to wait for every function to run and subscribe to its inputs (0: no wait).",
+)
+@_with_worker_python
+def deploy(
+    *,
+    admin_url: str,
+    admin_client: str,
+    code: str,
+    function_admin_url: str | None,
+    function_auth_token: str | None,
+    wait_s: float,
+    python_version: str | None,
+    platform: str | None,
+    **auth_opts: Any,
+) -> None:
+    """Create the packaged functions on the cluster, or update those already there."""
+    deploy_functions(
+        admin_url=admin_url,
+        auth=cluster_auth(auth_opts),
+        admin_client=admin_client,
+        code=code,
+        function_admin_url=function_admin_url,
+        function_auth_token=function_auth_token,
+        wait_s=wait_s,
+        python_version=python_version,
+        platform=platform,
+        echo=click.echo,
+    )
+
+
+@click.command()
+@_admin_option
+@auth_options
+@_admin_client_option
+def undeploy(admin_url: str, admin_client: str, **auth_opts: Any) -> None:
+    """Delete the packaged functions (and their stored code) from the cluster."""
+    undeploy_functions(
+        admin_url=admin_url,
+        auth=cluster_auth(auth_opts),
+        admin_client=admin_client,
+        echo=click.echo,
+    )
