@@ -40,13 +40,15 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from prometheus_client import Counter
 
-from pulsar_state.admin import PulsarAdmin, topic_path
+from pulsar_state.admin import PulsarAdmin
 from pulsar_state.connectors.sql_backend import SinkDatabaseError
 from pulsar_state.errors import AdminUnreachableError, ConfigurationError
 from pulsar_state.position import Position
+from pulsar_state.topic_names import parse_topic
 
 __all__ = [
     "MISMATCH_MODES",
@@ -68,6 +70,15 @@ POSITION_CHECKS = Counter(
 
 #: the values of the sink config's ``positionMismatch``
 MISMATCH_MODES = ("reset", "fail")
+
+
+def _stats_path(topic: str) -> str:
+    """The admin API path of ``topic``'s internal stats (a partition's name is fine here)."""
+    name = parse_topic(topic, what="the record's topic")
+    parts = (name.tenant, name.namespace, name.local_name)
+    return (
+        f"/admin/v2/{name.domain}/" + "/".join(quote(p, safe="") for p in parts) + "/internalStats"
+    )
 
 
 class TopicIncarnationError(SinkDatabaseError):
@@ -156,7 +167,7 @@ class PositionGuard:
         """The topic's range from the admin API, or why it cannot be had."""
         assert self._admin is not None
         try:
-            resp = self._admin.request("GET", f"/admin/v2/{topic_path(topic)}/internalStats")
+            resp = self._admin.request("GET", _stats_path(topic))
         except AdminUnreachableError as exc:
             raise TopicIncarnationError(
                 f"{topic}: cannot check the stored position against the topic: {exc}",

@@ -244,3 +244,33 @@ def test_position_mismatch_setting_is_validated(tmp_path: Path) -> None:
     sink = SqlUpsertSink()
     with pytest.raises(ConfigurationError, match="positionMismatch"):
         sink.open({"database": str(tmp_path / "x.db"), "positionMismatch": "ignore"})
+
+
+def test_a_partition_of_a_restored_topic_is_checked_too(
+    pulsar_endpoint: PulsarEndpoint, client: pulsar.Client, tmp_path: Path
+) -> None:
+    database = str(tmp_path / "sink.db")
+    base = unique_topic("sink-parts")
+    admin = PulsarAdmin(pulsar_endpoint.admin_url)
+    try:
+        path = base.replace("://", "/")
+        resp = admin.request("PUT", f"/admin/v2/{path}/partitions", json=2)
+        assert resp.status_code in (200, 204), resp.text
+    finally:
+        admin.close()
+    topic = f"{base}-partition-1"  # the record's topic, as the consumer names it
+    _send(client, topic, ["a0", "a1"], "old")
+    sink = _open(pulsar_endpoint, topic, database)
+    try:
+        _drain(sink, client, topic, 2)
+    finally:
+        sink.close()
+    stored = _restore_from_another_cluster(database, topic)
+    new = _send(client, topic, ["b0"], "new")
+    sink = _open(pulsar_endpoint, topic, database)
+    try:
+        _drain(sink, client, topic, 1)
+        assert sink.applied_position(topic) == new[0] != stored
+    finally:
+        sink.close()
+    assert sink.written == 1 and sink.position_checks == {"reset": 1}
