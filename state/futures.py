@@ -16,6 +16,7 @@ mapping the result or the error on the way) and bound a future by a deadline
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
@@ -164,3 +165,20 @@ def fail_after(
     future.add_done_callback(lambda _: timer.cancel())
     timer.start()
     return timer
+
+
+async def wrap(future: Future[T]) -> T:
+    """Await a core future from asyncio (:func:`asyncio.wrap_future`).
+
+    Cancelling the awaiting task cancels ``future``; the core completes its
+    futures through the helpers above, so that never disturbs other work.
+
+    Returns:
+        ``future``'s result.
+
+    Raises:
+        Exception: what ``future`` failed with, unchanged.
+        asyncio.CancelledError: when the awaiting task (or ``future``) is
+            cancelled.
+    """
+    return await asyncio.wrap_future(future)

@@ -12,6 +12,25 @@ everything that looks at the current value (``update``, ``replace``,
 the writer is fenced meanwhile, so concurrent read-modify-writes lose nothing.
 :meth:`PulsarMap.transact` is the general form: any number of puts and
 deletes, computed from the latest state, written as one atomic write.
+
+Errors (each method's ``Raises:`` names the ones it can meet). At the call:
+``ForkedProcessError`` in a process forked after the map was made;
+``StateClosedError`` for a write once the map is closed; ``TypeError`` or
+``ValueError`` for a key or value the map refuses (a key that is not a
+``str`` or is reserved, a value the serde cannot serialize or that
+serializes to empty bytes). Through the future of a read:
+``StateClosedError`` once the map is closed (after its reader failed, the
+error that stopped it: ``InvalidMessageError`` with
+``on_invalid_message="fail"``, ``PermissionDeniedError``), and with
+``latest=True`` ``OperationTimeoutError`` when local state does not catch up
+within the operation timeout. Through the future of a write:
+``TooManyOpsError`` / ``ValueTooLargeError`` over ``max_ops_per_write`` /
+``max_write_bytes`` (nothing is written), ``WriteFailedError`` when it could
+not be published within its retry budget (``StateConfig.retry``),
+``FencedError`` when another writer took the topic over on every attempt,
+``PermissionDeniedError`` when the broker refuses this client's role,
+``StateClosedError`` when the map closes before the write lands; and
+whatever a user function (``fn``, ``filter``, ``reader``) raises, unchanged.
 """
 
 from __future__ import annotations
@@ -29,88 +48,19 @@ import pulsar
 from pulsar_state import futures
 from pulsar_state.config import DEFAULT_COMPACTION_THRESHOLD_BYTES, StateConfig
 from pulsar_state.manager import SharedStateManager
+from pulsar_state.map_op import _DELETE, MapOp, _apply, _MapCodec
 from pulsar_state.map_watch import ChangeTracker, MapChange, MapWatch, history_replayer, key_matcher
 from pulsar_state.position import Position
 from pulsar_state.serde import JsonSerde, KeySerde, Serde, StrKeySerde
 from pulsar_state.topic_format import check_user_key
 
-__all__ = ["MapChange", "MapOp", "MapWatch", "PulsarMap"]
+# _MapCodec and _apply (now in map_op) stay importable from here for the map-topic
+# readers that import them from this module (read-only CLI, queryable state, Spark)
+__all__ = ["MapChange", "MapOp", "MapWatch", "PulsarMap", "_MapCodec", "_apply"]
 
 K = TypeVar("K")
 V = TypeVar("V")
 R = TypeVar("R")
-
-
-_DELETE: Any = object()
-
-
-class MapOp(Generic[K, V]):
-    """Set ``key`` to ``value``, or delete it (``value is MapOp.DELETE``).
-
-    The map's own op: :meth:`PulsarMap.transact` takes them, listeners of the
-    map's manager get them. Build them with :meth:`put` and :meth:`delete`.
-    """
-
-    DELETE: Any = _DELETE
-    __slots__ = ("key", "payload", "value")
-
-    def __init__(self, key: K, value: Any, payload: bytes = b"") -> None:
-        self.key = key
-        self.value = value
-        self.payload = payload
-
-    @classmethod
-    def put(cls, key: K, value: V) -> MapOp[K, V]:
-        """The op that sets ``key`` to ``value``."""
-        return cls(key, value)
-
-    @classmethod
-    def delete(cls, key: K) -> MapOp[K, V]:
-        """The op that removes ``key`` (nothing if it is absent)."""
-        return cls(key, _DELETE)
-
-    @property
-    def is_delete(self) -> bool:
-        """True for a delete op (:meth:`delete`), False for a put."""
-        return self.value is _DELETE
-
-    def __repr__(self) -> str:
-        return f"MapOp.delete({self.key!r})" if self.is_delete else f"MapOp.put({self.key!r}, ...)"
-
-
-class _MapCodec(Generic[K, V]):
-    def __init__(self, key_serde: KeySerde[K], value_serde: Serde[V]) -> None:
-        self.key_serde = key_serde
-        self.value_serde = value_serde
-
-    def encode(self, op: MapOp[K, V]) -> tuple[str | None, bytes]:
-        key = check_user_key(self.key_serde.to_key(op.key))
-        return key, (b"" if op.is_delete else op.payload)
-
-    def repair(self, state: dict[K, V], keys: set[str]) -> list[MapOp[K, V]]:
-        """Ops that re-assert the current value (or absence) of ``keys``."""
-        ops: list[MapOp[K, V]] = []
-        for raw in sorted(keys):
-            key = self.key_serde.from_key(raw)
-            if key in state:
-                value = state[key]
-                ops.append(MapOp(key, value, self.value_serde.serialize(value)))
-            else:
-                ops.append(MapOp(key, _DELETE))
-        return ops
-
-    def decode(self, key: str, payload: bytes) -> MapOp[K, V]:
-        user_key = self.key_serde.from_key(key)
-        if not payload:
-            return MapOp(user_key, _DELETE)
-        return MapOp(user_key, self.value_serde.deserialize(payload), payload)
-
-
-def _apply(state: dict[Any, Any], op: MapOp[Any, Any]) -> None:
-    if op.is_delete:
-        state.pop(op.key, None)
-    else:
-        state[op.key] = op.value
 
 
 def _copy(value: Any) -> Any:
@@ -183,14 +133,9 @@ class PulsarMap(Generic[K, V]):
             A future of a copy of the value, or ``None`` if ``key`` is absent.
 
         Raises:
-            ForkedProcessError: at the call, in a process forked after the map
-                was made.
-            StateClosedError: through the future, once the map is closed; after
-                its reader failed, the error that stopped it instead (e.g.
-                InvalidMessageError with ``on_invalid_message="fail"``,
-                PermissionDeniedError).
-            OperationTimeoutError: through the future, with ``latest=True``,
-                when local state does not catch up within the operation timeout.
+            ForkedProcessError: at the call (see *Errors* in the module docstring).
+            StateClosedError, OperationTimeoutError: through the future (the
+                latter only with ``latest=True``).
         """
         return self._read(lambda s: _copy(s.get(key)), latest)
 
@@ -201,14 +146,9 @@ class PulsarMap(Generic[K, V]):
             A future of a copy of the value, or of ``default``.
 
         Raises:
-            ForkedProcessError: at the call, in a process forked after the map
-                was made.
-            StateClosedError: through the future, once the map is closed; after
-                its reader failed, the error that stopped it instead (e.g.
-                InvalidMessageError with ``on_invalid_message="fail"``,
-                PermissionDeniedError).
-            OperationTimeoutError: through the future, with ``latest=True``,
-                when local state does not catch up within the operation timeout.
+            ForkedProcessError: at the call (see *Errors* in the module docstring).
+            StateClosedError, OperationTimeoutError: through the future (the
+                latter only with ``latest=True``).
         """
         return self._read(lambda s: _copy(s[key]) if key in s else default, latest)
 
@@ -219,14 +159,9 @@ class PulsarMap(Generic[K, V]):
             A future of ``True`` if ``key`` is present.
 
         Raises:
-            ForkedProcessError: at the call, in a process forked after the map
-                was made.
-            StateClosedError: through the future, once the map is closed; after
-                its reader failed, the error that stopped it instead (e.g.
-                InvalidMessageError with ``on_invalid_message="fail"``,
-                PermissionDeniedError).
-            OperationTimeoutError: through the future, with ``latest=True``,
-                when local state does not catch up within the operation timeout.
+            ForkedProcessError: at the call (see *Errors* in the module docstring).
+            StateClosedError, OperationTimeoutError: through the future (the
+                latter only with ``latest=True``).
         """
         return self._read(lambda s: key in s, latest)
 
@@ -237,14 +172,9 @@ class PulsarMap(Generic[K, V]):
             A future of the key count.
 
         Raises:
-            ForkedProcessError: at the call, in a process forked after the map
-                was made.
-            StateClosedError: through the future, once the map is closed; after
-                its reader failed, the error that stopped it instead (e.g.
-                InvalidMessageError with ``on_invalid_message="fail"``,
-                PermissionDeniedError).
-            OperationTimeoutError: through the future, with ``latest=True``,
-                when local state does not catch up within the operation timeout.
+            ForkedProcessError: at the call (see *Errors* in the module docstring).
+            StateClosedError, OperationTimeoutError: through the future (the
+                latter only with ``latest=True``).
         """
         return self._read(len, latest)
 
@@ -255,14 +185,9 @@ class PulsarMap(Generic[K, V]):
             A future of a new list of the keys (in no particular order).
 
         Raises:
-            ForkedProcessError: at the call, in a process forked after the map
-                was made.
-            StateClosedError: through the future, once the map is closed; after
-                its reader failed, the error that stopped it instead (e.g.
-                InvalidMessageError with ``on_invalid_message="fail"``,
-                PermissionDeniedError).
-            OperationTimeoutError: through the future, with ``latest=True``,
-                when local state does not catch up within the operation timeout.
+            ForkedProcessError: at the call (see *Errors* in the module docstring).
+            StateClosedError, OperationTimeoutError: through the future (the
+                latter only with ``latest=True``).
         """
         return self._read(list, latest)
 
@@ -273,14 +198,9 @@ class PulsarMap(Generic[K, V]):
             A future of a new dict holding copies of every value.
 
         Raises:
-            ForkedProcessError: at the call, in a process forked after the map
-                was made.
-            StateClosedError: through the future, once the map is closed; after
-                its reader failed, the error that stopped it instead (e.g.
-                InvalidMessageError with ``on_invalid_message="fail"``,
-                PermissionDeniedError).
-            OperationTimeoutError: through the future, with ``latest=True``,
-                when local state does not catch up within the operation timeout.
+            ForkedProcessError: at the call (see *Errors* in the module docstring).
+            StateClosedError, OperationTimeoutError: through the future (the
+                latter only with ``latest=True``).
         """
         return self._read(lambda s: {k: _copy(v) for k, v in s.items()}, latest)
 
@@ -300,14 +220,9 @@ class PulsarMap(Generic[K, V]):
         Raises:
             Exception: through the future, whatever ``filter`` or ``processor``
                 raises, unchanged (the scan stops there).
-            ForkedProcessError: at the call, in a process forked after the map
-                was made.
-            StateClosedError: through the future, once the map is closed; after
-                its reader failed, the error that stopped it instead (e.g.
-                InvalidMessageError with ``on_invalid_message="fail"``,
-                PermissionDeniedError).
-            OperationTimeoutError: through the future, with ``latest=True``,
-                when local state does not catch up within the operation timeout.
+            ForkedProcessError: at the call (see *Errors* in the module docstring).
+            StateClosedError, OperationTimeoutError: through the future (the
+                latter only with ``latest=True``).
         """
 
         def run(state: dict[K, V]) -> int:
@@ -323,9 +238,7 @@ class PulsarMap(Generic[K, V]):
     # -- writes ---------------------------------------------------------------
 
     def put(self, key: K, value: V) -> Future[Position]:
-        """Set ``key``; the future gives the write's position token.
-
-        A blind write: it may share one entry with other puts (group commit).
+        """Set ``key``: a blind write (it may share one entry with other puts).
 
         Returns:
             A future of the write's :class:`Position` (a token for
@@ -335,19 +248,9 @@ class PulsarMap(Generic[K, V]):
             TypeError, ValueError: at the call, for a key or value the map
                 refuses (not a str key, a reserved key, a value the serde
                 cannot serialize or one serializing to empty bytes).
-            TooManyOpsError, ValueTooLargeError: through the future, for a
-                write over ``max_ops_per_write`` or ``max_write_bytes`` (nothing
-                is written).
-            WriteFailedError: through the future, when the write could not be
-                published within its retry budget (``StateConfig.retry``).
-            FencedError: through the future, when another writer took the
-                topic over on every attempt.
-            PermissionDeniedError: through the future, when the broker refuses
-                this client's role.
-            StateClosedError: at the call once the map is closed; through the
-                future when it closes before the write lands.
-            ForkedProcessError: at the call, in a process forked after the map
-                was made.
+            StateClosedError, ForkedProcessError: at the call (module docstring: *Errors*).
+            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, StateClosedError: through the future.
         """
         op = self._op(key, value)
         return self.manager.write(lambda _state: [op], blind=True)
@@ -361,19 +264,9 @@ class PulsarMap(Generic[K, V]):
         Raises:
             TypeError, ValueError: at the call, for a key or value the map
                 refuses (as for :meth:`put`).
-            TooManyOpsError, ValueTooLargeError: through the future, for a
-                write over ``max_ops_per_write`` or ``max_write_bytes`` (nothing
-                is written).
-            WriteFailedError: through the future, when the write could not be
-                published within its retry budget (``StateConfig.retry``).
-            FencedError: through the future, when another writer took the
-                topic over on every attempt.
-            PermissionDeniedError: through the future, when the broker refuses
-                this client's role.
-            StateClosedError: at the call once the map is closed; through the
-                future when it closes before the write lands.
-            ForkedProcessError: at the call, in a process forked after the map
-                was made.
+            StateClosedError, ForkedProcessError: at the call (module docstring: *Errors*).
+            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, StateClosedError: through the future.
         """
         ops = [self._op(k, v) for k, v in entries.items()]
         return self.manager.write(lambda _state: ops, blind=True)
@@ -386,19 +279,9 @@ class PulsarMap(Generic[K, V]):
 
         Raises:
             TypeError, ValueError: at the call, for a key the map refuses.
-            TooManyOpsError, ValueTooLargeError: through the future, for a
-                write over ``max_ops_per_write`` or ``max_write_bytes`` (nothing
-                is written).
-            WriteFailedError: through the future, when the write could not be
-                published within its retry budget (``StateConfig.retry``).
-            FencedError: through the future, when another writer took the
-                topic over on every attempt.
-            PermissionDeniedError: through the future, when the broker refuses
-                this client's role.
-            StateClosedError: at the call once the map is closed; through the
-                future when it closes before the write lands.
-            ForkedProcessError: at the call, in a process forked after the map
-                was made.
+            StateClosedError, ForkedProcessError: at the call (module docstring: *Errors*).
+            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, StateClosedError: through the future.
         """
         op = self._delete_op(key)
         previous: dict[str, Any] = {}
@@ -419,19 +302,9 @@ class PulsarMap(Generic[K, V]):
         Raises:
             TypeError, ValueError: at the call, for a key or value the map
                 refuses.
-            TooManyOpsError, ValueTooLargeError: through the future, for a
-                write over ``max_ops_per_write`` or ``max_write_bytes`` (nothing
-                is written).
-            WriteFailedError: through the future, when the write could not be
-                published within its retry budget (``StateConfig.retry``).
-            FencedError: through the future, when another writer took the
-                topic over on every attempt.
-            PermissionDeniedError: through the future, when the broker refuses
-                this client's role.
-            StateClosedError: at the call once the map is closed; through the
-                future when it closes before the write lands.
-            ForkedProcessError: at the call, in a process forked after the map
-                was made.
+            StateClosedError, ForkedProcessError: at the call (module docstring: *Errors*).
+            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, StateClosedError: through the future.
         """
         op = self._op(key, value)
         existing: dict[str, Any] = {}
@@ -455,19 +328,9 @@ class PulsarMap(Generic[K, V]):
         Raises:
             TypeError, ValueError: at the call, for a key or value the map
                 refuses.
-            TooManyOpsError, ValueTooLargeError: through the future, for a
-                write over ``max_ops_per_write`` or ``max_write_bytes`` (nothing
-                is written).
-            WriteFailedError: through the future, when the write could not be
-                published within its retry budget (``StateConfig.retry``).
-            FencedError: through the future, when another writer took the
-                topic over on every attempt.
-            PermissionDeniedError: through the future, when the broker refuses
-                this client's role.
-            StateClosedError: at the call once the map is closed; through the
-                future when it closes before the write lands.
-            ForkedProcessError: at the call, in a process forked after the map
-                was made.
+            StateClosedError, ForkedProcessError: at the call (module docstring: *Errors*).
+            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, StateClosedError: through the future.
         """
         op = self._op(key, value)
         outcome: dict[str, bool] = {}
@@ -492,19 +355,9 @@ class PulsarMap(Generic[K, V]):
                 (nothing is written).
             TypeError, ValueError: through the future, for a key or a new value
                 the map refuses.
-            TooManyOpsError, ValueTooLargeError: through the future, for a
-                write over ``max_ops_per_write`` or ``max_write_bytes`` (nothing
-                is written).
-            WriteFailedError: through the future, when the write could not be
-                published within its retry budget (``StateConfig.retry``).
-            FencedError: through the future, when another writer took the
-                topic over on every attempt.
-            PermissionDeniedError: through the future, when the broker refuses
-                this client's role.
-            StateClosedError: at the call once the map is closed; through the
-                future when it closes before the write lands.
-            ForkedProcessError: at the call, in a process forked after the map
-                was made.
+            StateClosedError, ForkedProcessError: at the call (module docstring: *Errors*).
+            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, StateClosedError: through the future.
         """
         result: dict[str, Any] = {}
 
@@ -533,19 +386,9 @@ class PulsarMap(Generic[K, V]):
                 raises, unchanged (nothing is written).
             TypeError, ValueError: through the future, for a new value the map
                 refuses.
-            TooManyOpsError, ValueTooLargeError: through the future, for a
-                write over ``max_ops_per_write`` or ``max_write_bytes`` (nothing
-                is written).
-            WriteFailedError: through the future, when the write could not be
-                published within its retry budget (``StateConfig.retry``).
-            FencedError: through the future, when another writer took the
-                topic over on every attempt.
-            PermissionDeniedError: through the future, when the broker refuses
-                this client's role.
-            StateClosedError: at the call once the map is closed; through the
-                future when it closes before the write lands.
-            ForkedProcessError: at the call, in a process forked after the map
-                was made.
+            StateClosedError, ForkedProcessError: at the call (module docstring: *Errors*).
+            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, StateClosedError: through the future.
         """
         count: dict[str, int] = {}
 
@@ -567,19 +410,9 @@ class PulsarMap(Generic[K, V]):
             A future of how many keys were deleted.
 
         Raises:
-            TooManyOpsError, ValueTooLargeError: through the future, for a
-                write over ``max_ops_per_write`` or ``max_write_bytes`` (nothing
-                is written).
-            WriteFailedError: through the future, when the write could not be
-                published within its retry budget (``StateConfig.retry``).
-            FencedError: through the future, when another writer took the
-                topic over on every attempt.
-            PermissionDeniedError: through the future, when the broker refuses
-                this client's role.
-            StateClosedError: at the call once the map is closed; through the
-                future when it closes before the write lands.
-            ForkedProcessError: at the call, in a process forked after the map
-                was made.
+            StateClosedError, ForkedProcessError: at the call (module docstring: *Errors*).
+            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, StateClosedError: through the future.
         """
         count: dict[str, int] = {}
 
@@ -633,19 +466,9 @@ class PulsarMap(Generic[K, V]):
                 raises, unchanged (nothing is written if ``fn`` raised).
             ValueError, TypeError: through the future, for an op that is no
                 :class:`MapOp`, or a key or value the map refuses.
-            TooManyOpsError, ValueTooLargeError: through the future, for a
-                write over ``max_ops_per_write`` or ``max_write_bytes`` (nothing
-                is written).
-            WriteFailedError: through the future, when the write could not be
-                published within its retry budget (``StateConfig.retry``).
-            FencedError: through the future, when another writer took the
-                topic over on every attempt.
-            PermissionDeniedError: through the future, when the broker refuses
-                this client's role.
-            StateClosedError: at the call once the map is closed; through the
-                future when it closes before the write lands.
-            ForkedProcessError: at the call, in a process forked after the map
-                was made.
+            StateClosedError, ForkedProcessError: at the call (module docstring: *Errors*).
+            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, StateClosedError: through the future.
         """
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}")
@@ -753,9 +576,7 @@ class PulsarMap(Generic[K, V]):
     # -- lifecycle ------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop this map's watches and close its manager (idempotent).
-
-        Writes still pending fail with StateClosedError.
+        """Stop the watches, close the manager (idempotent); pending writes fail.
 
         Raises:
             ForkedProcessError: in a process forked after the map was made (a
