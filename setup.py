@@ -74,12 +74,14 @@ setup(
             "pytest>=8",
             "pytest-timeout>=2.3",
             "testcontainers>=4.8",
+            "trustme>=1.1",  # throwaway CAs for the TLS tests
         ],
         "dev": [
             PULSAR_CLIENT.replace("pulsar-client", "pulsar-client[functions]"),
             "pytest>=8",
             "pytest-timeout>=2.3",
             "testcontainers>=4.8",
+            "trustme>=1.1",  # throwaway CAs for the TLS tests
             "ruff>=0.6",
             "mypy>=1.10",
             "types-requests",

@@ -105,7 +105,9 @@ class PulsarAdminRest:
         self.admin_url = admin_url.rstrip("/")
         self._session = requests.Session()
         self._session.headers.update(headers or {})
-        self._session.verify = verify
+        # per request (see _send): requests lets REQUESTS_CA_BUNDLE override a
+        # session's verify, but not a request's
+        self._verify = verify
         if cert is not None:
             self._session.cert = cert
         self._timeout_s = timeout_s
@@ -140,7 +142,11 @@ class PulsarAdminRest:
     def _send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         try:
             return self._session.request(
-                method, f"{self.admin_url}{path}", timeout=self._timeout_s, **kwargs
+                method,
+                f"{self.admin_url}{path}",
+                timeout=self._timeout_s,
+                verify=self._verify,
+                **kwargs,
             )
         except (requests.ConnectionError, requests.Timeout) as exc:
             raise AdminUnreachableError(

@@ -10,6 +10,7 @@ state, a compaction threshold keeps the compacted view small.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -18,13 +19,14 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_e
 
 from pulsar_state.errors import (
     AdminUnreachableError,
+    ConfigurationError,
     PermissionDeniedError,
     StateTopicError,
     TopicNotFoundError,
 )
 from pulsar_state.topic_names import admin_path
 
-__all__ = ["PulsarAdmin", "refusal_reason", "topic_path"]
+__all__ = ["PulsarAdmin", "refusal_reason", "tls_verify", "topic_path"]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,22 @@ def topic_path(topic: str) -> str:
     """``persistent://t/ns/name`` -> ``persistent/t/ns/name`` (validated; see
     :func:`pulsar_state.topic_names.admin_path`)."""
     return admin_path(topic)
+
+
+def tls_verify(trust_cert_path: str | None) -> bool | str:
+    """``requests``' ``verify`` for an admin API whose certificate is signed by
+    ``trust_cert_path`` (a PEM bundle; ``None``: the system's trusted CAs).
+
+    Raises:
+        ConfigurationError: ``trust_cert_path`` is not a readable file.
+    """
+    if trust_cert_path is None:
+        return True
+    if not isinstance(trust_cert_path, str | Path) or not Path(trust_cert_path).is_file():
+        raise ConfigurationError(
+            f"admin_tls_trust_cert_path {trust_cert_path!r} is not a file (a PEM CA bundle)"
+        )
+    return str(trust_cert_path)
 
 
 def refusal_reason(resp: requests.Response, *, limit: int = 300) -> str:
@@ -61,15 +79,21 @@ class PulsarAdmin:
         headers: dict[str, str] | None = None,
         timeout_s: float = 10.0,
         retry_s: float = 60.0,
+        verify: bool | str = True,
     ) -> None:
         """``timeout_s`` bounds one HTTP attempt; idempotent calls are retried on
         connection errors, timeouts and 5xx answers for up to ``retry_s`` (a
-        broker restart takes ~10-20 s), then fail with :class:`AdminUnreachableError`."""
+        broker restart takes ~10-20 s), then fail with :class:`AdminUnreachableError`.
+        ``verify``: ``requests``' TLS verification (see :func:`tls_verify`); a
+        certificate it does not trust fails at once, it is not retried."""
         if not admin_url.startswith(("http://", "https://")):
             raise StateTopicError(f"admin_url must be http(s)://..., got {admin_url!r}")
         self.admin_url = admin_url.rstrip("/")
         self._session = requests.Session()
         self._session.headers.update(headers or {})
+        # per request, not session.verify: requests lets REQUESTS_CA_BUNDLE override a
+        # session's verify, but not a request's
+        self._verify = verify
         self._timeout_s = timeout_s
         self._retry_s = retry_s
 
@@ -94,8 +118,20 @@ class PulsarAdmin:
     def _attempt(self, method: str, path: str, json: Any) -> requests.Response:
         try:
             resp = self._session.request(
-                method, f"{self.admin_url}{path}", json=json, timeout=self._timeout_s
+                method,
+                f"{self.admin_url}{path}",
+                json=json,
+                timeout=self._timeout_s,
+                verify=self._verify,
             )
+        except requests.exceptions.SSLError as exc:
+            # a certificate nobody told us to trust will not become trusted on retry
+            raise AdminUnreachableError(
+                f"TLS to the Pulsar admin API at {self.admin_url} failed ({exc}): if its "
+                "certificate is signed by a private CA, pass that CA's PEM file "
+                "(admin_tls_trust_cert_path=...; on the command line --tls-trust-cert-path "
+                "or env PULSAR_TLS_TRUST_CERT_PATH)"
+            ) from exc
         except (requests.ConnectionError, requests.Timeout) as exc:
             # every call made here is idempotent, so a timed-out one is re-sent
             raise _TransientError(str(exc)) from exc

@@ -27,7 +27,7 @@ from typing import Any, Generic, Self, TypeVar
 import pulsar
 
 from pulsar_state import forks, futures, metrics
-from pulsar_state.admin import PulsarAdmin
+from pulsar_state.admin import PulsarAdmin, tls_verify
 from pulsar_state.config import StateConfig
 from pulsar_state.errors import (
     ConfigurationError,
@@ -61,6 +61,7 @@ class SharedStateManager(Generic[S, Op]):
         *,
         admin_url: str | None = None,
         admin_headers: dict[str, str] | None = None,
+        admin_tls_trust_cert_path: str | None = None,
     ) -> SharedStateManagerBuilder[Any, Any]:
         """PIP-137's builder for a manager on ``topic``: ``builder(...).with_...().build()``.
 
@@ -69,7 +70,11 @@ class SharedStateManager(Generic[S, Op]):
             until :meth:`SharedStateManagerBuilder.build`.
         """
         return SharedStateManagerBuilder(
-            client, topic, admin_url=admin_url, admin_headers=admin_headers
+            client,
+            topic,
+            admin_url=admin_url,
+            admin_headers=admin_headers,
+            admin_tls_trust_cert_path=admin_tls_trust_cert_path,
         )
 
     def __init__(
@@ -83,6 +88,7 @@ class SharedStateManager(Generic[S, Op]):
         config: StateConfig | None = None,
         admin_url: str | None = None,
         admin_headers: dict[str, str] | None = None,
+        admin_tls_trust_cert_path: str | None = None,
         compactable: bool = False,
         snapshots: SnapshotPolicy[S] | None = None,
     ) -> None:
@@ -100,6 +106,7 @@ class SharedStateManager(Generic[S, Op]):
                 headers=admin_headers,
                 timeout_s=min(10.0, self.config.operation_timeout_s),
                 retry_s=self.config.operation_timeout_s,
+                verify=tls_verify(admin_tls_trust_cert_path),
             )
             if admin_url
             else None
@@ -419,11 +426,13 @@ class SharedStateManagerBuilder(Generic[S, Op]):
         *,
         admin_url: str | None,
         admin_headers: dict[str, str] | None,
+        admin_tls_trust_cert_path: str | None = None,
     ) -> None:
         self._client = client
         self._topic = topic
         self._admin_url = admin_url
         self._admin_headers = admin_headers
+        self._admin_tls_trust_cert_path = admin_tls_trust_cert_path
         self._serializer: Callable[[Op], bytes] | None = None
         self._deserializer: Callable[[bytes], Op] | None = None
         self._codec: OpCodec[Op] | None = None
@@ -533,6 +542,7 @@ class SharedStateManagerBuilder(Generic[S, Op]):
             config=self._config,
             admin_url=self._admin_url,
             admin_headers=self._admin_headers,
+            admin_tls_trust_cert_path=self._admin_tls_trust_cert_path,
             compactable=self._compactable,
             snapshots=self._snapshots,
         )

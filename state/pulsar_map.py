@@ -77,6 +77,7 @@ class PulsarMap(Generic[K, V]):
         *,
         admin_url: str | None = None,
         admin_headers: dict[str, str] | None = None,
+        admin_tls_trust_cert_path: str | None = None,
         key_serde: KeySerde[K] | None = None,
         value_serde: Serde[V] | None = None,
         config: StateConfig | None = None,
@@ -99,6 +100,7 @@ class PulsarMap(Generic[K, V]):
             ),
             admin_url=admin_url,
             admin_headers=admin_headers,
+            admin_tls_trust_cert_path=admin_tls_trust_cert_path,
             compactable=True,
         )
 

@@ -30,7 +30,7 @@ from typing import Any, Generic, Self, TypeVar
 
 import pulsar
 
-from pulsar_state.admin import PulsarAdmin
+from pulsar_state.admin import PulsarAdmin, tls_verify
 from pulsar_state.errors import OperationTimeoutError, PermissionDeniedError, StateTopicError
 from pulsar_state.op_codec import OpCodec
 from pulsar_state.replay import AppliedWrite, LogReplay
@@ -57,6 +57,7 @@ class TopicView(Generic[S, Op]):
         applier: Callable[[S, Op], Any],
         admin_url: str,
         admin_headers: dict[str, str] | None = None,
+        admin_tls_trust_cert_path: str | None = None,
         timeout_s: float = 30.0,
     ) -> None:
         if timeout_s <= 0:
@@ -64,7 +65,11 @@ class TopicView(Generic[S, Op]):
         self.topic = full_topic_name(topic)
         self.timeout_s = timeout_s
         admin = PulsarAdmin(
-            admin_url, headers=admin_headers, timeout_s=min(10.0, timeout_s), retry_s=timeout_s
+            admin_url,
+            headers=admin_headers,
+            timeout_s=min(10.0, timeout_s),
+            retry_s=timeout_s,
+            verify=tls_verify(admin_tls_trust_cert_path),
         )
         try:
             admin.require_topic(self.topic)
