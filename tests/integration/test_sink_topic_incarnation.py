@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import json
 import logging
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pulsar
 import pytest
-from harness import PulsarEndpoint, unique_topic
+from harness import PulsarEndpoint, unique_name, unique_topic, wait_until
 from postgres_server import sql_rows
 
 from pulsar_state.admin import PulsarAdmin
 from pulsar_state.connectors.sink import SinkRecord, SqlUpsertSink, open_backend
 from pulsar_state.connectors.sql_backend import POSITIONS_TABLE
 from pulsar_state.connectors.topic_incarnation import TopicIncarnationError
+from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 from pulsar_state.errors import ConfigurationError
 from pulsar_state.position import Position
 
@@ -274,3 +276,56 @@ def test_a_partition_of_a_restored_topic_is_checked_too(
     finally:
         sink.close()
     assert sink.written == 1 and sink.position_checks == {"reset": 1}
+
+
+@pytest.mark.timeout(400)
+def test_sink_function_replaces_a_position_of_another_cluster(
+    pulsar_endpoint: PulsarEndpoint, client: pulsar.Client, tmp_path: Path
+) -> None:
+    """The same in the functions runtime (the deployed path): a database whose stored
+    position for the input topic is another cluster's, the sink deployed, records sent."""
+    name = unique_name("sink-foreign")
+    topic = f"persistent://public/default/{name}-in"
+    database = str(tmp_path / "sink.db")
+    foreign = Position(1_000_000_000, 7)  # a ledger this broker has not reached
+    restored = SqlUpsertSink()
+    restored.open({"database": database, "table": "kv"})
+    try:
+        restored.write(SinkRecord(topic=topic, key="old", value=b"before", position=foreign))
+    finally:
+        restored.close()
+    admin = PulsarAdminCli(admin_url=pulsar_endpoint.admin_url)
+    fqn = ("public", "default", name)
+    entry = Path(str(resources.files("pulsar_state.connectors") / "sink_entry.py"))
+    user_config = {"database": database, "table": "kv", "adminUrl": pulsar_endpoint.admin_url}
+    admin.create_function(
+        fqn=fqn,
+        py=entry,
+        classname="sink_entry.SinkFunction",
+        inputs=[topic],
+        extra=["--retain-ordering", "--user-config", json.dumps(user_config)],
+    )
+    try:
+        wait_until(
+            lambda: admin.function_status(fqn)["numRunning"] == 1,
+            timeout_s=180,
+            interval_s=1,
+            message="the sink instance running",
+        )
+        sent = _send(client, topic, [f"b{i}" for i in range(4)], "new")
+        wanted = {f"b{i}" for i in range(4)}
+        wait_until(
+            lambda: wanted <= set(sql_rows(database, "kv")),
+            timeout_s=120,
+            interval_s=1,
+            message=f"the 4 records below the stored position {foreign} written",
+        )
+    finally:
+        admin.delete_function(fqn)
+    check = SqlUpsertSink()
+    check.open({"database": database, "table": "kv"})
+    try:
+        assert check.applied_position(topic) == sent[-1]
+        assert check.rows()["old"] == "before"  # rows of the restored table are kept
+    finally:
+        check.close()
