@@ -159,7 +159,7 @@ def run_sink(
     sink = SqlUpsertSink()
     dead_letters = DeadLetters(client, config.get("deadLetterTopic"))
     try:
-        sink.open(config)
+        sink.open(config, admin_headers=headers)
         if config.get("metadataTopic"):
             shared = {k: v for k, v in config.items() if k not in LOCAL_KEYS}
             with PulsarMap[str, Any](
@@ -167,6 +167,7 @@ def run_sink(
                 config["metadataTopic"],
                 admin_url=config.get("adminUrl"),
                 admin_headers=headers,
+                admin_tls_trust_cert_path=auth.tls_trust_cert_path,
             ) as records:
                 version = record_metadata(
                     records,

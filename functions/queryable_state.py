@@ -32,7 +32,7 @@ from urllib.parse import quote
 
 import pulsar
 
-from pulsar_state.admin import PulsarAdmin
+from pulsar_state.admin import PulsarAdmin, tls_verify
 from pulsar_state.errors import (
     NotFoundError,
     PermissionDeniedError,
@@ -121,6 +121,7 @@ class FunctionStateReader:
         client: pulsar.Client,
         admin_url: str,
         admin_headers: dict[str, str] | None = None,
+        admin_tls_trust_cert_path: str | None = None,
         timeout_s: float = 30.0,
     ) -> None:
         if timeout_s <= 0:
@@ -128,9 +129,14 @@ class FunctionStateReader:
         self._client = client
         self._admin_url = admin_url
         self._admin_headers = admin_headers
+        self._admin_tls_trust_cert_path = admin_tls_trust_cert_path
         self._timeout_s = timeout_s
         self._admin = PulsarAdmin(
-            admin_url, headers=admin_headers, timeout_s=min(10.0, timeout_s), retry_s=timeout_s
+            admin_url,
+            headers=admin_headers,
+            timeout_s=min(10.0, timeout_s),
+            retry_s=timeout_s,
+            verify=tls_verify(admin_tls_trust_cert_path),
         )
         self._lock = threading.Lock()
         self._topics: dict[str, _StateTopic] = {}
@@ -188,6 +194,7 @@ class FunctionStateReader:
                     applier=_apply,
                     admin_url=self._admin_url,
                     admin_headers=self._admin_headers,
+                    admin_tls_trust_cert_path=self._admin_tls_trust_cert_path,
                     timeout_s=self._timeout_s,
                 )
                 state = self._topics[topic] = _StateTopic(view)

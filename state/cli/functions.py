@@ -92,6 +92,7 @@ def querystate(
             client=client,
             admin_url=cluster["admin_url"],
             admin_headers=admin_headers(auth),
+            admin_tls_trust_cert_path=auth.tls_trust_cert_path,
             timeout_s=timeout,
         )
         try:
@@ -170,6 +171,7 @@ def serve(
             client=client,
             admin_url=cluster["admin_url"],
             admin_headers=admin_headers(auth),
+            admin_tls_trust_cert_path=auth.tls_trust_cert_path,
             timeout_s=timeout,
         )
         try:

@@ -67,13 +67,15 @@ def _group_topic(ctx: click.Context) -> str:
 def _open_map(ctx: click.Context, topic: str | None = None) -> Iterator[PulsarMap[str, Any]]:
     """The map, for writing (creates and protects the topic)."""
     opts = ctx.obj
+    auth = cluster_auth(opts)
     with (
-        cluster_client(opts["service_url"], opts["timeout"], cluster_auth(opts)) as client,
+        cluster_client(opts["service_url"], opts["timeout"], auth) as client,
         PulsarMap[str, Any](
             client,
             topic or _group_topic(ctx),
             admin_url=opts["admin_url"],
-            admin_headers=cluster_auth(opts).admin_headers(),
+            admin_headers=auth.admin_headers(),
+            admin_tls_trust_cert_path=auth.tls_trust_cert_path,
             config=StateConfig(operation_timeout_s=opts["timeout"]),
         ) as m,
     ):
@@ -227,6 +229,7 @@ def _log_feed(ctx: click.Context, topic: str, on_write: Any) -> Iterator[LogFeed
             headers=auth.admin_headers(),
             timeout_s=min(10.0, opts["timeout"]),
             retry_s=opts["timeout"],
+            verify=auth.requests_verify(),
         )
         try:
             admin.require_topic(topic)

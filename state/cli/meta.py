@@ -61,13 +61,15 @@ __all__ = ["meta_group"]
 def _open_store(ctx: click.Context) -> Iterator[MetadataStore]:
     """The store, for writing (creates and protects the topic, opens a session)."""
     opts = ctx.obj
+    auth = cluster_auth(opts)
     with (
-        cluster_client(opts["service_url"], opts["timeout"], cluster_auth(opts)) as client,
+        cluster_client(opts["service_url"], opts["timeout"], auth) as client,
         MetadataStore(
             client,
             opts["topic"],
             admin_url=opts["admin_url"],
-            admin_headers=cluster_auth(opts).admin_headers(),
+            admin_headers=auth.admin_headers(),
+            admin_tls_trust_cert_path=auth.tls_trust_cert_path,
             config=StateConfig(operation_timeout_s=opts["timeout"]),
         ) as store,
     ):

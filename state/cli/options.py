@@ -9,7 +9,6 @@ operation of the command may take, 30 by default) and ``--output text|json``
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -152,16 +151,15 @@ def cluster_options(fn: F) -> F:
 def cluster_auth(opts: Mapping[str, Any]) -> ClusterAuth:
     """The :func:`auth_options` of a command as a :class:`ClusterAuth`; bad ones are usage errors.
 
-    A trust bundle also becomes ``REQUESTS_CA_BUNDLE`` for this process (unless
-    set), so that every admin REST call (the state core's included) trusts it.
+    Commands hand its trust bundle to each admin client they open
+    (``admin_tls_trust_cert_path``): an environment's ``REQUESTS_CA_BUNDLE`` does not
+    override it.
     """
     try:
         auth = ClusterAuth.from_options(opts)
         auth.admin_headers()  # an unusable combination fails here, not mid-command
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from exc
-    if auth.tls_trust_cert_path:
-        os.environ.setdefault("REQUESTS_CA_BUNDLE", auth.tls_trust_cert_path)
     return auth
 
 
@@ -236,6 +234,7 @@ def read_only_view(
             applier=applier,
             admin_url=opts["admin_url"],
             admin_headers=auth.admin_headers(),
+            admin_tls_trust_cert_path=auth.tls_trust_cert_path,
             timeout_s=timeout_s,
         ) as view,
     ):
