@@ -13,8 +13,8 @@ import pulsar
 import requests
 
 from pulsar_state.admin import topic_path
+from pulsar_state.map_op import MapCodec
 from pulsar_state.position import Position
-from pulsar_state.pulsar_map import _MapCodec
 from pulsar_state.serde import BytesSerde, JsonSerde, Serde, StrKeySerde, StrSerde
 from pulsar_state.topic_names import full_topic_name
 
@@ -170,8 +170,8 @@ class SourceOptions:
         finally:
             client.close()
 
-    def codec(self) -> _MapCodec[str, Any]:
-        return _MapCodec(StrKeySerde(), _FORMATS[self.value_format])
+    def codec(self) -> MapCodec[str, Any]:
+        return MapCodec(StrKeySerde(), _FORMATS[self.value_format])
 
     def value_type(self) -> str:
         return "binary" if self.value_format == "binary" else "string"

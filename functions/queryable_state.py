@@ -39,8 +39,8 @@ from pulsar_state.errors import (
     StateTopicError,
     TopicNotFoundError,
 )
+from pulsar_state.map_op import MapCodec, MapOp, apply_map_op
 from pulsar_state.position import Position
-from pulsar_state.pulsar_map import MapOp, _apply, _MapCodec
 from pulsar_state.replay import AppliedWrite
 from pulsar_state.serde import JsonSerde, StrKeySerde
 from pulsar_state.topic_names import function_state_topic
@@ -189,9 +189,9 @@ class FunctionStateReader:
                 view: TopicView[dict[str, Any], MapOp[str, Any]] = TopicView(
                     client=self._client,
                     topic=topic,
-                    codec=_MapCodec(StrKeySerde(), JsonSerde()),
+                    codec=MapCodec(StrKeySerde(), JsonSerde()),
                     initializer=dict,
-                    applier=_apply,
+                    applier=apply_map_op,
                     admin_url=self._admin_url,
                     admin_headers=self._admin_headers,
                     admin_tls_trust_cert_path=self._admin_tls_trust_cert_path,

@@ -2,8 +2,8 @@
 
 A :class:`~pulsar_state.PulsarMap` topic is a plain keyed, compactable topic:
 the message key is the map key, the payload the serialized value, an empty
-payload deletes. ``_MapCodec`` turns ops into such messages and back (and
-re-asserts keys after a stale write, for compaction); ``_apply`` applies one
+payload deletes. ``MapCodec`` turns ops into such messages and back (and
+re-asserts keys after a stale write, for compaction); ``apply_map_op`` applies one
 op to the state dict. Readers of a map topic that are no map (the read-only
 CLI, the queryable-state function, the Spark source) use the same two.
 """
@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 from pulsar_state.serde import KeySerde, Serde
 from pulsar_state.topic_format import check_user_key
 
-__all__ = ["MapOp"]
+__all__ = ["MapCodec", "MapOp", "apply_map_op"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -58,7 +58,7 @@ class MapOp(Generic[K, V]):
         return f"MapOp.delete({self.key!r})" if self.is_delete else f"MapOp.put({self.key!r}, ...)"
 
 
-class _MapCodec(Generic[K, V]):
+class MapCodec(Generic[K, V]):
     def __init__(self, key_serde: KeySerde[K], value_serde: Serde[V]) -> None:
         self.key_serde = key_serde
         self.value_serde = value_serde
@@ -86,7 +86,7 @@ class _MapCodec(Generic[K, V]):
         return MapOp(user_key, self.value_serde.deserialize(payload), payload)
 
 
-def _apply(state: dict[Any, Any], op: MapOp[Any, Any]) -> None:
+def apply_map_op(state: dict[Any, Any], op: MapOp[Any, Any]) -> None:
     if op.is_delete:
         state.pop(op.key, None)
     else:

@@ -48,15 +48,13 @@ import pulsar
 from pulsar_state import futures
 from pulsar_state.config import DEFAULT_COMPACTION_THRESHOLD_BYTES, StateConfig
 from pulsar_state.manager import SharedStateManager
-from pulsar_state.map_op import _DELETE, MapOp, _apply, _MapCodec
+from pulsar_state.map_op import _DELETE, MapCodec, MapOp, apply_map_op
 from pulsar_state.map_watch import ChangeTracker, MapChange, MapWatch, history_replayer, key_matcher
 from pulsar_state.position import Position
 from pulsar_state.serde import JsonSerde, KeySerde, Serde, StrKeySerde
 from pulsar_state.topic_format import check_user_key
 
-# _MapCodec and _apply (now in map_op) stay importable from here for the map-topic
-# readers that import them from this module (read-only CLI, queryable state, Spark)
-__all__ = ["MapChange", "MapOp", "MapWatch", "PulsarMap", "_MapCodec", "_apply"]
+__all__ = ["MapChange", "MapOp", "MapWatch", "PulsarMap"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -85,7 +83,7 @@ class PulsarMap(Generic[K, V]):
         self._client = client
         self._watches: set[MapWatch[K, V]] = set()
         self._watches_lock = threading.Lock()
-        self._codec: _MapCodec[K, V] = _MapCodec(
+        self._codec: MapCodec[K, V] = MapCodec(
             key_serde or StrKeySerde(),  # type: ignore[arg-type]
             value_serde or JsonSerde(),
         )
@@ -94,7 +92,7 @@ class PulsarMap(Generic[K, V]):
             topic=topic,
             codec=self._codec,
             initializer=dict,
-            applier=_apply,
+            applier=apply_map_op,
             config=(config or StateConfig()).with_default_compaction(
                 DEFAULT_COMPACTION_THRESHOLD_BYTES
             ),

@@ -44,9 +44,10 @@ from pulsar_state.cli.options import (
 )
 from pulsar_state.config import StateConfig
 from pulsar_state.entry_sender import entry_size
+from pulsar_state.map_op import MapCodec, MapOp, apply_map_op
 from pulsar_state.map_watch import ChangeTracker, LogFeed, MapChange, key_matcher
 from pulsar_state.position import Position
-from pulsar_state.pulsar_map import MapOp, PulsarMap, _apply, _MapCodec
+from pulsar_state.pulsar_map import PulsarMap
 from pulsar_state.replay import AppliedWrite
 from pulsar_state.serde import JsonSerde, StrKeySerde
 from pulsar_state.topic_format import check_user_key
@@ -90,9 +91,9 @@ def _read_map(ctx: click.Context, topic: str | None = None) -> dict[str, Any]:
         read_only_view(
             {**ctx.obj, "topic": topic or _group_topic(ctx)},
             timeout_s=ctx.obj["timeout"],
-            codec=_MapCodec(StrKeySerde(), JsonSerde()),
+            codec=MapCodec(StrKeySerde(), JsonSerde()),
             initializer=dict,
-            applier=_apply,
+            applier=apply_map_op,
         ) as view,
         tqdm(unit="msgs", file=sys.stderr, disable=not sys.stderr.isatty(), leave=False) as bar,
     ):
@@ -203,7 +204,7 @@ def dump(ctx: click.Context, output: Any) -> None:
 
 # -- watch, load, diff ---------------------------------------------------------
 
-_CODEC: _MapCodec[str, Any] = _MapCodec(StrKeySerde(), JsonSerde())
+_CODEC: MapCodec[str, Any] = MapCodec(StrKeySerde(), JsonSerde())
 
 
 def _topic_argument(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -425,7 +426,7 @@ def _state_of(ctx: click.Context, spec: str) -> tuple[str, dict[str, Any]]:
     def on_write(write: AppliedWrite[Any]) -> None:
         if target.covers(write.position):
             for op in write.ops:
-                _apply(state, op)
+                apply_map_op(state, op)
 
     with _log_feed(ctx, topic, on_write) as feed:
         try:

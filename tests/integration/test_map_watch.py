@@ -17,9 +17,9 @@ import pytest
 from harness import unique_topic, wait_until
 
 from pulsar_state import PulsarMap
+from pulsar_state.map_op import MapCodec, MapOp
 from pulsar_state.map_watch import LogFeed, MapChange
 from pulsar_state.position import START, Position
-from pulsar_state.pulsar_map import MapOp, _MapCodec
 from pulsar_state.serde import JsonSerde, StrKeySerde
 
 Seen = tuple[str, Any, Any, bool, Position]
@@ -47,9 +47,7 @@ def _log_changes(client: pulsar.Client, topic: str, keep: Callable[[str], bool])
                 current[op.key] = op.value
                 out.append((op.key, op.value, old, False, write.position))
 
-    feed: LogFeed[str, Any] = LogFeed(
-        client, topic, _MapCodec(StrKeySerde(), JsonSerde()), on_write
-    )
+    feed: LogFeed[str, Any] = LogFeed(client, topic, MapCodec(StrKeySerde(), JsonSerde()), on_write)
     try:
         feed.read_to_end(60)
     finally:

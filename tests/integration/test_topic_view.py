@@ -11,7 +11,7 @@ from harness import PulsarEndpoint, unique_topic, wait_until
 
 from pulsar_state import PulsarMap, StateTopicError, TopicNotFoundError
 from pulsar_state.admin import PulsarAdmin, topic_path
-from pulsar_state.pulsar_map import MapOp, _apply, _MapCodec
+from pulsar_state.map_op import MapCodec, MapOp, apply_map_op
 from pulsar_state.serde import JsonSerde, StrKeySerde
 from pulsar_state.topic_view import TopicView
 
@@ -20,9 +20,9 @@ def _view(client: pulsar.Client, ep: PulsarEndpoint, topic: str) -> TopicView[An
     return TopicView[dict[str, Any], MapOp[str, Any]](
         client=client,
         topic=topic,
-        codec=_MapCodec(StrKeySerde(), JsonSerde()),
+        codec=MapCodec(StrKeySerde(), JsonSerde()),
         initializer=dict,
-        applier=_apply,
+        applier=apply_map_op,
         admin_url=ep.admin_url,
         timeout_s=30,
     )

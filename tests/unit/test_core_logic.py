@@ -17,9 +17,9 @@ from pulsar_state import (
 )
 from pulsar_state.admin import topic_path
 from pulsar_state.errors import StateTopicError
+from pulsar_state.map_op import MapCodec, MapOp
 from pulsar_state.op_codec import SerializerCodec
 from pulsar_state.position import START
-from pulsar_state.pulsar_map import MapOp, _MapCodec
 from pulsar_state.topic_format import (
     COMMIT_KEY,
     EPOCH_KEY,
@@ -135,7 +135,7 @@ def test_wire_format_messages() -> None:
 
 
 def test_map_codec_round_trip_and_repair() -> None:
-    codec: _MapCodec[str, object] = _MapCodec(StrKeySerde(), JsonSerde())
+    codec: MapCodec[str, object] = MapCodec(StrKeySerde(), JsonSerde())
     put = MapOp("k", {"a": 1}, b'{"a":1}')
     assert codec.encode(put) == ("k", b'{"a":1}')
     assert codec.encode(MapOp("k", MapOp.DELETE)) == ("k", b"")

@@ -9,8 +9,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from pulsar_state import JsonSerde, StrKeySerde
+from pulsar_state.map_op import MapCodec, apply_map_op
 from pulsar_state.position import Position
-from pulsar_state.pulsar_map import _apply, _MapCodec
 from pulsar_state.replay import LogReplay
 from pulsar_state.topic_format import (
     OutgoingMessage,
@@ -47,7 +47,7 @@ class _Message:
 
 def _replay() -> tuple[LogReplay[dict[str, Any], Any], list[tuple[tuple[str, ...], bool]]]:
     replay: LogReplay[dict[str, Any], Any] = LogReplay(
-        topic="t", codec=_MapCodec(StrKeySerde(), JsonSerde()), applier=_apply, state={}
+        topic="t", codec=MapCodec(StrKeySerde(), JsonSerde()), applier=apply_map_op, state={}
     )
     outcomes: list[tuple[tuple[str, ...], bool]] = []
     replay.on_outcome = lambda ids, pos, applied: outcomes.append((ids, applied))
