@@ -21,11 +21,13 @@ with the codes of every command (:mod:`.exit_codes`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -86,6 +88,16 @@ def querystate(
     if not key:
         raise click.BadParameter("must not be empty", param_hint="--key")
     tenant, namespace, name = _function(tenant, namespace, name, fqfn)
+    with _state_reader(cluster, timeout) as reader:
+        if not watch:
+            _print(reader.query(tenant, namespace, name, key), fmt)
+            return
+        _watch(reader, (tenant, namespace, name), key, interval, fmt)
+
+
+@contextlib.contextmanager
+def _state_reader(cluster: dict[str, Any], timeout: float) -> Iterator[FunctionStateReader]:
+    """A reader of functions' state on the cluster of the command's options; closed after."""
     auth = cluster_auth(cluster)
     with cluster_client(cluster["service_url"], timeout, auth) as client:
         reader = FunctionStateReader(
@@ -96,10 +108,7 @@ def querystate(
             timeout_s=timeout,
         )
         try:
-            if not watch:
-                _print(reader.query(tenant, namespace, name, key), fmt)
-                return
-            _watch(reader, (tenant, namespace, name), key, interval, fmt)
+            yield reader
         finally:
             reader.close()
 
@@ -165,19 +174,10 @@ def serve(
     GET /admin/v3/functions/{tenant}/{namespace}/{function}/state/{key}: what
     `pulsar-admin --admin-url http://HOST:PORT functions querystate` asks.
     """
-    auth = cluster_auth(cluster)
-    with cluster_client(cluster["service_url"], timeout, auth) as client:
-        reader = FunctionStateReader(
-            client=client,
-            admin_url=cluster["admin_url"],
-            admin_headers=admin_headers(auth),
-            admin_tls_trust_cert_path=auth.tls_trust_cert_path,
-            timeout_s=timeout,
-        )
+    with _state_reader(cluster, timeout) as reader:
         try:
             server = FunctionStateServer(reader=reader, host=host, port=port)
         except OSError as exc:
-            reader.close()
             raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from exc
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -189,4 +189,3 @@ def serve(
                 pass
         finally:
             server.close()
-            reader.close()
