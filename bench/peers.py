@@ -78,7 +78,8 @@ ALL_SYSTEMS = ORDER[:-1]
 NOTES = {
     "put": "One client, one key of 1,000 at a time, 100-byte values, each put waited for; "
     "after the timed puts the last key is read back and checked. "
-    "`pulsar-map` completes when its own tailer has applied the write (read-your-writes); "
+    "`pulsar-map` completes at the broker's ack, applied to the writer's own state "
+    "(read-your-writes; the product's default, commit on ack); "
     "`pulsar-meta` also checks and bumps the node's version; `pulsar-raw` is "
     "`producer.send` on the same broker, the ceiling for anything built on Pulsar.",
     "read": "A linearizable read of one key: `get(latest=True)` (one `get_last_message_id` "
