@@ -9,6 +9,7 @@ that make a range's rows equal a one-pass read's (:func:`stream_end_epoch`).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,8 @@ from pulsar_state.pulsar_map import MapOp
 from pulsar_state.replay import AppliedWrite, LogReplay
 
 __all__ = ["Range", "plan_ranges", "replay_changes", "replay_range", "stream_end_epoch"]
+
+log = logging.getLogger(__name__)
 
 #: a changelog range's warm-up: the entries before its start that its task
 #: replays (no rows) so that its replay state (fencing epoch, recent write ids)
@@ -225,35 +228,53 @@ def replay_range(opts: SourceOptions, rng: Range, *, on_write: Any) -> int:
     end = Position.parse(rng.end)
     if end.is_start or (rng.first > rng.last):
         return replay.epoch
-    client = opts.client()
-    try:
-        begin = (
-            pulsar.MessageId(-1, rng.begin[0], rng.begin[1], -1)
-            if rng.begin[0] >= 0
-            else pulsar.MessageId.earliest
-        )
-        reader = client.create_reader(opts.topic, begin, start_message_id_inclusive=True)
+    begin = (
+        pulsar.MessageId(-1, rng.begin[0], rng.begin[1], -1)
+        if rng.begin[0] >= 0
+        else pulsar.MessageId.earliest
+    )
+    fed = 0
+    for attempt in (1, 2):
+        client = opts.client()
         try:
-            while True:
-                msg = reader.read_next(timeout_millis=opts.timeout_ms)
-                pos = Position.from_message_id(msg.message_id())
-                entry = (pos.ledger, pos.entry)
-                if entry > rng.last:
-                    break  # the next range's first message
-                replay.feed(msg)
-                if shadow is not None and rng.shadow is not None and entry >= rng.shadow:
-                    shadow.feed(msg)
-                if rng.is_last and pos.covers(end):
-                    break
-            replay.flush()
+            try:
+                reader = client.create_reader(opts.topic, begin, start_message_id_inclusive=True)
+            except pulsar.Timeout:
+                # seen when the reader subscribed while the topic was being unloaded
+                # (a bundle move, a restart): the client waited out its operation
+                # timeout; a new reader on the reloaded topic works. Nothing was
+                # read yet, so starting again is exact.
+                if attempt == 1:
+                    log.warning("pulsar_state: opening a reader of %s timed out; once more", rng)
+                    continue
+                raise TimeoutError(
+                    f"pulsar_state: could not open a reader of {opts.topic} at {rng.begin} "
+                    f"within {opts.timeout_ms} ms (twice)"
+                ) from None
+            try:
+                while True:
+                    msg = reader.read_next(timeout_millis=opts.timeout_ms)
+                    pos = Position.from_message_id(msg.message_id())
+                    entry = (pos.ledger, pos.entry)
+                    if entry > rng.last:
+                        break  # the next range's first message
+                    replay.feed(msg)
+                    fed += 1
+                    if shadow is not None and rng.shadow is not None and entry >= rng.shadow:
+                        shadow.feed(msg)
+                    if rng.is_last and pos.covers(end):
+                        break
+                replay.flush()
+            except pulsar.Timeout:
+                raise TimeoutError(
+                    f"pulsar_state: no message within {opts.timeout_ms} ms before reaching "
+                    f"{rng.last} ({fed} read from {rng.begin})"
+                ) from None
+            finally:
+                reader.close()
         finally:
-            reader.close()
-    except pulsar.Timeout:
-        raise TimeoutError(
-            f"pulsar_state: no message within {opts.timeout_ms} ms before reaching {rng.last}"
-        ) from None
-    finally:
-        client.close()
+            client.close()
+        break
     if shadow is not None:
         shadow.flush()
         if shadow.epoch != replay.epoch:
