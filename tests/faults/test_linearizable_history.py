@@ -138,6 +138,14 @@ def test_contended_cas_and_increments_under_kill_9_are_linearizable(
             pulsar_endpoint, client, tmp_path, fault_scale, fault_report, start_method, access_mode
         )
         return
+    if fault_scale.name != "full":
+        # on 4.0.8 this workload deadlocked the broker twice in a row in one
+        # clean-clone run (jstack-confirmed, then again on a fresh broker): in
+        # `make test` it would test the broker's bug, not our code
+        pytest.skip(
+            "dense fencing deadlocks Pulsar 4.0.8 (docs/findings/pulsar-4.0.8-fencing-"
+            "deadlock.md); runs with make test-faults (PULSAR_STATE_FAULTS=full)"
+        )
     endpoint: PulsarEndpoint = request.getfixturevalue("fencing_endpoint")
     attempts = iter(range(1, 3))
 
