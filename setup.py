@@ -66,6 +66,9 @@ setup(
         # What the functions worker's Python runner needs (grpc, protobuf, ...)
         "functions": [PULSAR_CLIENT.replace("pulsar-client", "pulsar-client[functions]")],
         "spark": SPARK,
+        # a map's columnar checkpoints (Arrow IPC): bootstrap and Spark snapshots
+        # read the map, not its history; without pyarrow maps replay their topic
+        "checkpoints": ["pyarrow>=18"],
         # `make bench`: the peers' usual Python clients and the plots
         "bench": ["aetcd>=1.0", "etcd3>=0.12", "kazoo>=2.10", "matplotlib>=3.8"],
         # the SQL sink on PostgreSQL (selected by a postgresql:// URL)

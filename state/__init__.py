@@ -7,11 +7,14 @@ from pulsar_state.aio import (
     AsyncPulsarMap,
     AsyncSharedStateManager,
 )
+from pulsar_state.checkpoint import CheckpointPolicy
+from pulsar_state.checkpoint_format import Manifest as CheckpointManifest
 from pulsar_state.config import StateConfig
 from pulsar_state.coordination import CoordinationService, LockEvent, ResourceLock
 from pulsar_state.errors import (
     AdminUnreachableError,
     BadVersionError,
+    CheckpointError,
     ConfigurationError,
     FencedError,
     ForkedProcessError,
@@ -63,6 +66,8 @@ __all__ = [
     "MapOp",
     "MapChange",
     "MapWatch",
+    "CheckpointPolicy",
+    "CheckpointManifest",
     # Metadata and coordination (PIP-45)
     "BaseMetadataStore",
     "MetadataStore",
@@ -105,6 +110,7 @@ __all__ = [
     "ValueTooLargeError",
     "TooManyOpsError",
     "InvalidMessageError",
+    "CheckpointError",
     "BadVersionError",
     "NotFoundError",
     "ResourceBusyError",

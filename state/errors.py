@@ -17,6 +17,7 @@ __all__ = [
     "ConfigurationError",
     "PulsarStateError",
     "InvalidMessageError",
+    "CheckpointError",
     "InvalidTopicNameError",
     "MessageHeldBackError",
     "PoisonRecordError",
@@ -169,6 +170,14 @@ class InvalidMessageError(PulsarStateError):
     def __init__(self, message: str, *, position: str) -> None:
         self.position = position
         super().__init__(f"{message} (at {position})")
+
+
+class CheckpointError(PulsarStateError):
+    """A map's checkpoint is missing a part, undecodable, or could not be written.
+
+    Never fatal to the map: a checkpoint it cannot read is logged and counted,
+    and it replays the topic instead; a failed write only leaves an older one.
+    """
 
 
 class MessageHeldBackError(PulsarStateError):

@@ -28,6 +28,8 @@ import pulsar
 
 from pulsar_state import forks, futures, metrics
 from pulsar_state.admin import PulsarAdmin, tls_verify
+from pulsar_state.checkpoint import LoadedCheckpoint, MapCheckpointer
+from pulsar_state.checkpoint_format import Manifest
 from pulsar_state.config import StateConfig
 from pulsar_state.errors import (
     ConfigurationError,
@@ -39,7 +41,7 @@ from pulsar_state.op_codec import OpCodec, SerializerCodec
 from pulsar_state.position import Position
 from pulsar_state.snapshot import SnapshotPolicy, Snapshotter
 from pulsar_state.tailer import AppliedWrite, Tailer
-from pulsar_state.topic_names import full_topic_name, snapshot_topic
+from pulsar_state.topic_names import checkpoint_topic, full_topic_name, snapshot_topic
 from pulsar_state.writer import Writer
 
 __all__ = ["SharedStateManager", "SharedStateManagerBuilder"]
@@ -91,6 +93,7 @@ class SharedStateManager(Generic[S, Op]):
         admin_tls_trust_cert_path: str | None = None,
         compactable: bool = False,
         snapshots: SnapshotPolicy[S] | None = None,
+        checkpointer: Callable[[str], MapCheckpointer] | None = None,
     ) -> None:
         if not isinstance(client, pulsar.Client):
             raise TypeError(f"client must be a pulsar.Client, got {type(client).__name__}")
@@ -126,6 +129,10 @@ class SharedStateManager(Generic[S, Op]):
                         self.config.compaction_threshold_bytes if compactable else None
                     ),
                 )
+            if checkpointer is not None and self.config.ensure_retention:
+                # zero retention: the keeper subscription holds the newest checkpoint
+                self._admin.ensure_topic(checkpoint_topic(self.topic))
+                self._admin.protect(checkpoint_topic(self.topic), backlog_only=True)
             if snapshots is not None:
                 self._admin.ensure_topic(snapshot_topic(self.topic))
                 if self.config.ensure_retention:
@@ -144,23 +151,49 @@ class SharedStateManager(Generic[S, Op]):
             if snapshots is not None
             else None
         )
+        started = time.monotonic()
         snapshot = self._snapshotter.load() if self._snapshotter is not None else None
+        try:
+            self._checkpointer = checkpointer(self.topic) if checkpointer is not None else None
+        except BaseException:
+            self._executor.shutdown()
+            raise
+        loaded: LoadedCheckpoint | None = None
+        if snapshot is None and self._checkpointer is not None:
+            loaded = self._checkpointer.load()
+        #: where bootstrap started: "checkpoint", "snapshot" or "topic" (from the start)
+        self.bootstrap_source = (
+            "checkpoint" if loaded is not None else "snapshot" if snapshot is not None else "topic"
+        )
+        start: Position | None = None
+        start_epoch = 0
+        state: S
+        if loaded is not None:
+            state = loaded.state  # type: ignore[assignment]  # a map's checkpoint: S is a dict
+            start, start_epoch = loaded.manifest.position, loaded.manifest.epoch
+        elif snapshot is not None:
+            state, start, start_epoch = snapshot.state, snapshot.position, snapshot.epoch
+        else:
+            state = initializer()
         try:
             self._tailer: Tailer[S, Op] = Tailer(
                 client=client,
                 topic=self.topic,
                 codec=codec,
                 applier=applier,
-                state=snapshot.state if snapshot is not None else initializer(),
+                state=state,
                 config=self.config,
-                start=snapshot.position if snapshot is not None else None,
-                start_epoch=snapshot.epoch if snapshot is not None else 0,
+                start=start,
+                start_epoch=start_epoch,
+                # after a checkpoint, the raw tail: a compacted one hides deletes
+                read_compacted=False if loaded is not None else None,
             )
         except pulsar.PulsarException as exc:
             self._executor.shutdown()
             raise StateTopicError(f"cannot read {self.topic}: {exc}") from exc
+        if loaded is not None:
+            self._tailer.stale_keys.update(loaded.manifest.stale_keys)
         self._tailer.start()
-        started = time.monotonic()
         try:
             self._tailer.catch_up(self.config.operation_timeout_s * 4)
         except BaseException:
@@ -178,6 +211,7 @@ class SharedStateManager(Generic[S, Op]):
             compactable=compactable,
             snapshotter=self._snapshotter,
             snapshot_every=snapshots.every_writes if snapshots is not None else 0,
+            after_publish=self._maybe_checkpoint if self._checkpointer is not None else None,
         )
         self._closed = False
 
@@ -334,6 +368,59 @@ class SharedStateManager(Generic[S, Op]):
         """Complete ``result`` with ``reader(state)``, or with what it raised."""
         futures.run_into(result, lambda: self._read_state(reader))
 
+    # -- checkpoints ----------------------------------------------------------
+
+    def checkpoint(self) -> Future[Manifest]:
+        """Write a checkpoint of the state now (see :mod:`pulsar_state.checkpoint`).
+
+        The state is taken at once, under the state lock; serializing and
+        publishing it run on a thread of their own. While one runs, its future
+        is returned.
+
+        Returns:
+            A future of the checkpoint's :class:`~pulsar_state.checkpoint_format.Manifest`.
+
+        Raises:
+            ConfigurationError: at the call, if this manager keeps no checkpoints.
+            ForkedProcessError: at the call, in a process forked after the
+                manager was made.
+            PulsarStateError: through the future, when a chunk or the manifest
+                could not be published (the map is unaffected).
+        """
+        self.check_process()
+        if self._checkpointer is None:
+            raise ConfigurationError(f"the state of {self.topic} keeps no checkpoints")
+        tailer = self._tailer
+        with tailer.lock:
+            return self._checkpointer.take(
+                tailer.state,  # type: ignore[arg-type]
+                tailer.applied,
+                tailer.epoch,
+                tailer.stale_keys,
+                tailer.applied_ops,
+            )
+
+    def _maybe_checkpoint(self) -> None:
+        """After each publish (writer thread): a checkpoint when one is due."""
+        checkpointer = self._checkpointer
+        if checkpointer is None:
+            return
+        tailer = self._tailer
+        with tailer.lock:
+            if checkpointer.due(tailer.applied_ops, len(tailer.state)):  # type: ignore[arg-type]
+                checkpointer.take(
+                    tailer.state,  # type: ignore[arg-type]
+                    tailer.applied,
+                    tailer.epoch,
+                    tailer.stale_keys,
+                    tailer.applied_ops,
+                )
+
+    @property
+    def checkpointer(self) -> MapCheckpointer | None:
+        """This manager's checkpoint writer and reader (``None``: no checkpoints)."""
+        return self._checkpointer
+
     # -- introspection --------------------------------------------------------
 
     @property
@@ -404,6 +491,8 @@ class SharedStateManager(Generic[S, Op]):
         self.check_process()  # a forked child must not close its parent's subscription
         self._closed = True
         self._writer.close()
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         self._tailer.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
         if self._admin is not None:

@@ -46,6 +46,8 @@ from typing import Any, Generic, Self, TypeVar, overload
 import pulsar
 
 from pulsar_state import futures
+from pulsar_state.checkpoint import CheckpointPolicy, MapCheckpointer, arrow_available
+from pulsar_state.checkpoint_format import Manifest
 from pulsar_state.config import DEFAULT_COMPACTION_THRESHOLD_BYTES, StateConfig
 from pulsar_state.manager import SharedStateManager
 from pulsar_state.map_op import _DELETE, MapCodec, MapOp, apply_map_op
@@ -79,6 +81,7 @@ class PulsarMap(Generic[K, V]):
         key_serde: KeySerde[K] | None = None,
         value_serde: Serde[V] | None = None,
         config: StateConfig | None = None,
+        checkpoints: CheckpointPolicy | bool | None = None,
     ) -> None:
         self._client = client
         self._watches: set[MapWatch[K, V]] = set()
@@ -87,19 +90,36 @@ class PulsarMap(Generic[K, V]):
             key_serde or StrKeySerde(),  # type: ignore[arg-type]
             value_serde or JsonSerde(),
         )
+        config = (config or StateConfig()).with_default_compaction(
+            DEFAULT_COMPACTION_THRESHOLD_BYTES
+        )
+        policy = _checkpoint_policy(checkpoints)
+        codec = self._codec
+
+        def checkpointer(full_topic: str) -> MapCheckpointer:
+            assert policy is not None
+            return MapCheckpointer(
+                client,
+                full_topic,
+                key_serde=codec.key_serde,
+                value_serde=codec.value_serde,
+                policy=policy,
+                max_bytes=config.max_write_bytes,
+                timeout_s=config.operation_timeout_s,
+            )
+
         self.manager: SharedStateManager[dict[K, V], MapOp[K, V]] = SharedStateManager(
             client=client,
             topic=topic,
             codec=self._codec,
             initializer=dict,
             applier=apply_map_op,
-            config=(config or StateConfig()).with_default_compaction(
-                DEFAULT_COMPACTION_THRESHOLD_BYTES
-            ),
+            config=config,
             admin_url=admin_url,
             admin_headers=admin_headers,
             admin_tls_trust_cert_path=admin_tls_trust_cert_path,
             compactable=True,
+            checkpointer=checkpointer if policy is not None else None,
         )
 
     @property
@@ -497,6 +517,28 @@ class PulsarMap(Generic[K, V]):
         result: Future[R] = self.manager.write(gen, reader=read)
         return result
 
+    # -- checkpoints ----------------------------------------------------------
+
+    def checkpoint(self) -> Future[Manifest]:
+        """Write a columnar checkpoint of the whole map now.
+
+        Maps write one by themselves every ``CheckpointPolicy.every_ops``
+        applied ops while they hold the topic; call this e.g. after a bulk
+        load, so that the next bootstrap (and a Spark snapshot) reads the
+        checkpoint instead of the load's messages.
+
+        Returns:
+            A future of the checkpoint's manifest (its position, keys, chunks).
+
+        Raises:
+            ConfigurationError: at the call, if the map keeps no checkpoints
+                (``checkpoints=False``, or pyarrow missing).
+            ForkedProcessError: at the call (see *Errors* in the module docstring).
+            PulsarStateError: through the future, when it could not be published
+                (the map is unaffected; bootstrap uses an older one or the topic).
+        """
+        return self.manager.checkpoint()
+
     # -- watching -------------------------------------------------------------
 
     def watch(
@@ -596,3 +638,18 @@ class PulsarMap(Generic[K, V]):
 
     def __iter__(self) -> Iterator[K]:
         return iter(self.list_keys().result())
+
+
+def _checkpoint_policy(checkpoints: CheckpointPolicy | bool | None) -> CheckpointPolicy | None:
+    """``None``: checkpoints whenever pyarrow is installed; ``True``: insist."""
+    if isinstance(checkpoints, CheckpointPolicy):
+        return checkpoints
+    if checkpoints is None:
+        return CheckpointPolicy() if arrow_available() else None
+    if checkpoints is True:
+        return CheckpointPolicy()
+    if checkpoints is False:
+        return None
+    raise TypeError(
+        f"checkpoints must be a CheckpointPolicy, True, False or None, got {checkpoints!r}"
+    )

@@ -97,6 +97,8 @@ class LogReplay(Generic[S, Op]):
         self.invalid_count = 0
         self.received = 0
         self.applied_writes = 0
+        #: ops applied since start (a checkpoint is due every so many)
+        self.applied_ops = 0
         self.compacted_out = 0
         #: write id -> (ledger, entry, batch) of recent writes. Plain tuples of
         #: ints, which the garbage collector stops tracking: 100k tracked
@@ -323,6 +325,7 @@ class LogReplay(Generic[S, Op]):
                 f"{len(applied_ops)} of {len(ops)} ops",
             )
         self.applied_writes += 1
+        self.applied_ops += len(applied_ops)
         self._m_applied_writes.inc()
         self._m_applied_ops.inc(len(applied_ops))
         return applied_ops

@@ -89,6 +89,7 @@ class Tailer(LogReplay[S, Op]):
         config: StateConfig,
         start: Position | None = None,
         start_epoch: int = 0,
+        read_compacted: bool | None = None,
     ) -> None:
         self.lock = threading.RLock()
         cond = threading.Condition(self.lock)
@@ -117,7 +118,9 @@ class Tailer(LogReplay[S, Op]):
                 self.subscription,
                 consumer_type=pulsar.ConsumerType.Exclusive,
                 initial_position=pulsar.InitialPosition.Earliest,
-                is_read_compacted=config.read_compacted,
+                is_read_compacted=(
+                    config.read_compacted if read_compacted is None else read_compacted
+                ),
                 receiver_queue_size=1000,
                 properties={"pulsar-state-role": "tail"},
             )

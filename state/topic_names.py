@@ -10,7 +10,8 @@ the rules are in one place:
   partition of a partitioned topic: :func:`full_topic_name` and
   :func:`admin_path` check that;
 * **companion topics** are named after the topic they serve:
-  ``<topic>-pss-snapshots`` (the state's snapshots), ``<topic>-pss-sessions``
+  ``<topic>-pss-snapshots`` (the state's snapshots), ``<topic>-pss-checkpoints``
+  (a map's columnar checkpoints), ``<topic>-pss-sessions``
   (a metadata store's sessions), ``<topic>-members`` (a sink group's membership
   store, from its assignment topic), ``<name>-pss-state`` (a stateful function's
   default state topic), ``<topic>-partition-<i>`` (partition ``i``).
@@ -29,6 +30,7 @@ from urllib.parse import quote
 from pulsar_state.errors import InvalidTopicNameError
 
 __all__ = [
+    "checkpoint_topic",
     "DEFAULT_NAMESPACE",
     "DEFAULT_TENANT",
     "TopicName",
@@ -163,6 +165,11 @@ def admin_path(topic: str) -> str:
 
 
 # -- companion topics ------------------------------------------------------------------
+
+
+def checkpoint_topic(topic: str) -> str:
+    """Where a map's columnar checkpoints are kept: ``<topic>-pss-checkpoints``."""
+    return f"{topic}-pss-checkpoints"
 
 
 def snapshot_topic(topic: str) -> str:

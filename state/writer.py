@@ -102,8 +102,11 @@ class Writer(Generic[S, Op]):
         compactable: bool = False,
         snapshotter: Snapshotter[S] | None = None,
         snapshot_every: int = 0,
+        after_publish: Callable[[], None] | None = None,
     ) -> None:
         self._snapshotter = snapshotter
+        #: called on the writer thread after each published entry (checkpoints)
+        self._after_publish = after_publish
         self._snapshot_every = snapshot_every
         self._snapshot_at = tailer.applied_writes
         self._compactable = compactable
@@ -389,6 +392,11 @@ class Writer(Generic[S, Op]):
         self._m_writes.inc(len(members))
         self._repair()
         self._maybe_snapshot()
+        if self._after_publish is not None:
+            try:
+                self._after_publish()
+            except Exception:  # an optimisation (a checkpoint): never fail a write for it
+                log.exception("after-publish hook of %s failed", self._topic)
 
     def _commit_on_ack(
         self,

@@ -1,0 +1,259 @@
+"""Columnar checkpoints of a map (issue 16, item 2), each shown on the real broker.
+
+Every test compares the map a checkpoint bootstraps with what the topic itself
+says (a map opened with ``checkpoints=False`` replays the topic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pulsar
+import pytest
+from harness import unique_topic, wait_until
+from prometheus_client import REGISTRY
+
+from pulsar_state import BytesSerde, CheckpointPolicy, PulsarMap, StateConfig
+from pulsar_state.admin import PulsarAdmin
+from pulsar_state.checkpoint import KEEPER_SUBSCRIPTION
+from pulsar_state.checkpoint_format import chunk_properties, encode_chunks
+from pulsar_state.topic_names import checkpoint_topic
+
+ClientFactory = Callable[[], pulsar.Client]
+
+#: checkpoints only when asked (the tests call checkpoint()), of any size
+MANUAL = CheckpointPolicy(every_ops=10**9, min_keys=0, chunk_bytes=16 * 1024)
+
+
+def _open(
+    client: pulsar.Client, topic: str, admin_url: str, checkpoints: Any = MANUAL
+) -> PulsarMap[str, Any]:
+    return PulsarMap(client, topic, admin_url=admin_url, checkpoints=checkpoints)
+
+
+def _replayed(client: pulsar.Client, topic: str, admin_url: str) -> dict[str, Any]:
+    with _open(client, topic, admin_url, checkpoints=False) as m:
+        assert m.manager.bootstrap_source == "topic"
+        return m.items().result()
+
+
+def _compact(admin_url: str, topic: str) -> None:
+    admin = PulsarAdmin(admin_url)
+    try:
+        admin.compact(topic)
+        wait_until(
+            lambda: admin.compaction_status(topic) == "SUCCESS",
+            timeout_s=60,
+            interval_s=0.5,
+            message="compaction finished",
+        )
+    finally:
+        admin.close()
+
+
+def _bad_checkpoints(topic: str) -> float:
+    labels = {"topic": topic, "reason": "bad_checkpoint"}
+    return REGISTRY.get_sample_value("pulsar_state_invalid_messages_total", labels) or 0.0
+
+
+def _load(m: PulsarMap[str, Any], n: int, prefix: str = "k") -> dict[str, Any]:
+    expected = {f"{prefix}{i}": {"i": i, "pad": "x" * (i % 50)} for i in range(n)}
+    items = list(expected.items())
+    for at in range(0, n, 500):
+        m.put_all(dict(items[at : at + 500])).result(timeout=60)
+    return expected
+
+
+def test_bootstrap_is_the_checkpoint_plus_the_raw_tail(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    """Deletes after the checkpoint stay deleted even once compaction dropped them:
+    the tail is read raw (a compacted tail would resurrect them)."""
+    topic = unique_topic("ckpt")
+    with _open(make_client(), topic, admin_url) as m:
+        expected = _load(m, 3000)
+        manifest = m.checkpoint().result(timeout=60)
+        assert manifest.rows == 3000 and len(manifest.chunks) > 5
+        for i in range(0, 300, 3):  # after the checkpoint: deletes, overwrites, new keys
+            m.delete(f"k{i}").result(timeout=30)
+            del expected[f"k{i}"]
+            m.put(f"k{i + 1}", "changed").result(timeout=30)
+            expected[f"k{i + 1}"] = "changed"
+            m.put(f"new{i}", i).result(timeout=30)
+            expected[f"new{i}"] = i
+    _compact(admin_url, topic)  # the deleted keys vanish from the compacted view
+    with _open(make_client(), topic, admin_url) as m:
+        assert m.manager.bootstrap_source == "checkpoint"
+        assert m.items().result() == expected
+        # the tail only (300 writes: 100 deletes of 2 messages, 200 puts, markers),
+        # not the 3000 keys' messages
+        assert m.manager.messages_read <= 420
+        m.put("after", 1).result(timeout=30)  # and it writes on
+        assert m.get("after", latest=True).result(timeout=30) == 1
+        expected["after"] = 1
+    assert _replayed(make_client(), topic, admin_url) == expected
+
+
+def test_bytes_values_and_an_empty_map(make_client: ClientFactory, admin_url: str) -> None:
+    topic = unique_topic("ckpt-bytes")
+    with PulsarMap[str, bytes](
+        make_client(), topic, admin_url=admin_url, value_serde=BytesSerde(), checkpoints=MANUAL
+    ) as m:
+        empty = m.checkpoint().result(timeout=60)
+        assert empty.rows == 0 and empty.chunks == ()
+        values = {f"b{i}": bytes([i % 256]) * (i % 7 + 1) for i in range(2000)}
+        m.put_all(values).result(timeout=60)
+        m.checkpoint().result(timeout=60)
+    with PulsarMap[str, bytes](
+        make_client(), topic, admin_url=admin_url, value_serde=BytesSerde(), checkpoints=MANUAL
+    ) as m:
+        assert m.manager.bootstrap_source == "checkpoint"
+        assert m.items().result() == values
+
+
+def test_a_checkpoint_cut_short_falls_back_to_the_one_before(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    """A writer that died between its chunks and its manifest: the reader goes back
+    to the manifest the orphan chunks name; with none, it replays the topic."""
+    topic = unique_topic("ckpt-cut")
+    client = make_client()
+    producer = client.create_producer(checkpoint_topic(topic), batching_enabled=False)
+    ((orphan, _),) = encode_chunks([("ghost", b"1")], chunk_bytes=4096, compression=None)
+    # a first checkpoint cut short: a chunk, no manifest, nothing before it
+    producer.send(orphan, properties=chunk_properties("dead1", 0, None))
+    with _open(make_client(), topic, admin_url) as m:
+        assert m.manager.bootstrap_source == "topic"
+        expected = _load(m, 1200)
+        first = m.checkpoint().result(timeout=60)
+        m.put("late", 1).result(timeout=30)
+        expected["late"] = 1
+    manifest_at = m.manager.checkpointer.last  # type: ignore[union-attr]
+    assert manifest_at is first
+    # a second checkpoint cut short: orphan chunks naming the first one's manifest
+    previous = _manifest_position(client, topic)
+    for index in range(3):
+        producer.send(orphan, properties=chunk_properties("dead2", index, previous))
+    producer.close()
+    with _open(make_client(), topic, admin_url) as m:
+        assert m.manager.bootstrap_source == "checkpoint"
+        assert m.manager.checkpointer.last.id == first.id  # type: ignore[union-attr]
+        assert m.items().result() == expected
+        assert "ghost" not in expected
+
+
+def _manifest_position(client: pulsar.Client, topic: str) -> Any:
+    from pulsar_state.checkpoint import find_manifest  # noqa: PLC0415
+
+    found = find_manifest(client, topic, 10_000)
+    assert found is not None
+    return found[1]
+
+
+def test_an_undecodable_checkpoint_is_counted_and_the_topic_replayed(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    topic = unique_topic("ckpt-bad")
+    with _open(make_client(), topic, admin_url) as m:
+        expected = _load(m, 1500)
+    # a manifest whose chunk is no Arrow stream
+    client = make_client()
+    producer = client.create_producer(checkpoint_topic(topic), batching_enabled=False)
+    chunk_at = producer.send(b"not arrow", properties=chunk_properties("bad", 0, None))
+    from pulsar_state.checkpoint_format import Manifest, manifest_properties  # noqa: PLC0415
+    from pulsar_state.position import Position  # noqa: PLC0415
+
+    with _open(make_client(), topic, admin_url, checkpoints=False) as m:
+        at = m.manager.position
+    manifest = Manifest(
+        id="bad", position=at, epoch=0, rows=1, chunks=(Position.from_message_id(chunk_at),)
+    )
+    producer.send(manifest.to_json(), properties=manifest_properties("bad"))
+    producer.close()
+    before = _bad_checkpoints(topic)
+    with _open(make_client(), topic, admin_url) as m:
+        assert m.manager.bootstrap_source == "topic"
+        assert m.items().result() == expected
+    assert _bad_checkpoints(topic) == before + 1
+
+
+def test_a_recreated_topic_ignores_the_old_topics_checkpoint(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    topic = unique_topic("ckpt-recreated")
+    with _open(make_client(), topic, admin_url) as m:
+        _load(m, 1200, prefix="old")
+        m.checkpoint().result(timeout=60)
+    admin = PulsarAdmin(admin_url)
+    try:
+        admin.delete_topic(topic)  # the state topic only: its checkpoints stay
+    finally:
+        admin.close()
+    with _open(make_client(), topic, admin_url) as m:
+        assert m.manager.bootstrap_source == "topic"
+        m.put("new", 1).result(timeout=30)
+    with _open(make_client(), topic, admin_url) as m:  # now the topic has messages
+        assert m.manager.bootstrap_source == "topic"
+        assert m.items().result() == {"new": 1}
+
+
+def test_the_holder_checkpoints_by_itself_and_the_keeper_holds_the_newest(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    topic = unique_topic("ckpt-auto")
+    policy = CheckpointPolicy(every_ops=400, min_keys=0, chunk_bytes=8 * 1024)
+    with _open(make_client(), topic, admin_url, checkpoints=policy) as m:
+        expected = {}
+        for i in range(1300):  # one write at a time: 1300 ops, a checkpoint every 400
+            expected[f"a{i % 700}"] = i
+            m.put(f"a{i % 700}", i).result(timeout=30)
+        m.put("last", 0).result(timeout=60)
+        expected["last"] = 0
+        checkpointer = m.manager.checkpointer
+        assert checkpointer is not None
+        wait_until(
+            lambda: checkpointer.written >= 3 and not checkpointer.busy,
+            timeout_s=60,
+            message="three checkpoints written",
+        )
+        newest = checkpointer.last
+        assert newest is not None
+    admin = PulsarAdmin(admin_url)
+    try:
+        subs = admin.stats(checkpoint_topic(topic))["subscriptions"]
+        # the keeper's backlog is the newest checkpoint: its chunks and manifest
+        assert subs[KEEPER_SUBSCRIPTION]["msgBacklog"] == len(newest.chunks) + 1
+        retention = admin.request(
+            "GET", f"/admin/v2/persistent/{checkpoint_topic(topic).split('://')[1]}/retention"
+        ).json()
+        assert retention == {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0}
+    finally:
+        admin.close()
+    with _open(make_client(), topic, admin_url, checkpoints=policy) as m:
+        assert m.manager.bootstrap_source == "checkpoint"
+        assert m.items().result() == expected
+
+
+def test_checkpoint_settings_are_checked(make_client: ClientFactory, admin_url: str) -> None:
+    from pulsar_state import ConfigurationError  # noqa: PLC0415
+
+    with pytest.raises(ConfigurationError, match="every_ops"):
+        CheckpointPolicy(every_ops=0)
+    with pytest.raises(ConfigurationError, match="compression"):
+        CheckpointPolicy(compression="gzip")
+    with pytest.raises(TypeError, match="checkpoints must be"):
+        PulsarMap(make_client(), unique_topic("ckpt-x"), admin_url=admin_url, checkpoints="yes")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="chunk_bytes"):
+        PulsarMap(
+            make_client(),
+            unique_topic("ckpt-x"),
+            admin_url=admin_url,
+            config=StateConfig(max_write_bytes=64 * 1024),
+            checkpoints=CheckpointPolicy(chunk_bytes=128 * 1024),
+        )
+    with (
+        _open(make_client(), unique_topic("ckpt-off"), admin_url, checkpoints=False) as m,
+        pytest.raises(ConfigurationError, match="keeps no checkpoints"),
+    ):
+        m.checkpoint()
