@@ -192,16 +192,26 @@ class PulsarAdmin:
             raise TopicNotFoundError(f"topic {topic} does not exist")
         self._check(stats, f"looking up {topic}", read_only=True)
 
-    def protect(self, topic: str, *, compaction_threshold_bytes: int | None = None) -> None:
+    def protect(
+        self,
+        topic: str,
+        *,
+        compaction_threshold_bytes: int | None = None,
+        backlog_only: bool = False,
+    ) -> None:
         """Infinite retention, no inactive deletion, optional compaction threshold.
+
+        ``backlog_only``: zero retention instead, so that only what a
+        subscription has not acknowledged is kept (a map's checkpoints).
 
         Each policy is read first and written only when it differs: a policy
         write goes through the namespace's system topic, so managers opening an
         already protected topic (the common case) write nothing.
         """
         path = topic_path(topic)
-        retention = {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}
-        self._ensure_policy(path, "retention", retention, f"setting infinite retention on {topic}")
+        keep = 0 if backlog_only else -1
+        retention = {"retentionTimeInMinutes": keep, "retentionSizeInMB": keep}
+        self._ensure_policy(path, "retention", retention, f"setting the retention of {topic}")
         inactive = {
             "inactiveTopicDeleteMode": "delete_when_no_subscriptions",
             "maxInactiveDurationSeconds": -1,
