@@ -80,6 +80,7 @@ from pulsar_state.errors import (
     PulsarStateError,
 )
 from pulsar_state.function_secrets import function_admin_headers
+from pulsar_state.functions.function_map import admin_tls, map_admin_tls
 from pulsar_state.instance_metrics import label_instance_metrics
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import MapOp, PulsarMap
@@ -170,18 +171,29 @@ class SqlUpsertSink:
         context: Any = None,
         *,
         admin_headers: dict[str, str] | None = None,
+        admin_tls_trust_cert_path: str | None = None,
+        admin_tls_allow_insecure: bool = False,
     ) -> None:
         """Connect and create the tables.
 
         ``admin_headers``: the admin API's credentials for the position check
         (in a function they come from its secrets, :func:`function_admin_headers`).
+        ``admin_tls_trust_cert_path`` / ``admin_tls_allow_insecure``: its TLS trust
+        (the runner's ``--tls-*`` options), else the config's ``tlsTrustCertsFilePath``
+        / ``tlsAllowInsecureConnection`` (:func:`~pulsar_state.functions.function_map.admin_tls`).
+
+        Raises:
+            ConfigurationError: a bad setting, before the database is touched.
         """
         table = plain_identifier(config.get("table", "kv"), "table")
         if context is not None and admin_headers is None:
             admin_headers = function_admin_headers(context)
+        tls = admin_tls(config.get)
         guard = PositionGuard(
             admin_url=config.get("adminUrl") or None,
             admin_headers=admin_headers,
+            admin_tls_trust_cert_path=admin_tls_trust_cert_path or tls.trust_cert_path,
+            admin_tls_allow_insecure=admin_tls_allow_insecure or tls.allow_insecure,
             mode=str(config.get("positionMismatch", "reset")),
             logger=context.get_logger() if context is not None else None,
         )
@@ -364,6 +376,7 @@ class SinkFunction(Function):  # type: ignore[misc]
                             metadata_topic,
                             admin_url=config.get("adminUrl"),
                             admin_headers=function_admin_headers(context),
+                            admin_tls_trust_cert_path=map_admin_tls(config.get),
                         )
                         self.config_version = record_metadata(
                             records,

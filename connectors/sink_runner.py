@@ -159,7 +159,12 @@ def run_sink(
     sink = SqlUpsertSink()
     dead_letters = DeadLetters(client, config.get("deadLetterTopic"))
     try:
-        sink.open(config, admin_headers=headers)
+        sink.open(
+            config,
+            admin_headers=headers,
+            admin_tls_trust_cert_path=auth.tls_trust_cert_path,
+            admin_tls_allow_insecure=auth.tls_allow_insecure,
+        )
         if config.get("metadataTopic"):
             shared = {k: v for k, v in config.items() if k not in LOCAL_KEYS}
             with PulsarMap[str, Any](

@@ -22,8 +22,11 @@ transaction as its row (``positionMismatch: reset``, the default), or
 :class:`TopicIncarnationError` stops the sink on that record
 (``positionMismatch: fail``), nothing applied, nothing acknowledged.
 
-Without ``adminUrl``, or when the admin API refuses the call (401, 403, 404),
-the check cannot be made: the record is skipped as before, with a WARNING
+The check uses the sink's admin authentication and TLS trust (in a function:
+the secret ``adminToken`` and user config ``tlsTrustCertsFilePath`` /
+``tlsAllowInsecureConnection``; in the runner: its ``--auth-*`` and ``--tls-*``
+options). Without ``adminUrl``, or when the admin API refuses the call (401,
+403, 404), the check cannot be made: the record is skipped as before, with a WARNING
 (once per topic and reason) and ``outcome="unverified"`` counted per record.
 An admin API that does not answer raises a *retriable* TopicIncarnationError:
 the record is neither applied nor skipped, it is tried again.
@@ -44,7 +47,7 @@ from urllib.parse import quote
 
 from prometheus_client import Counter
 
-from pulsar_state.admin import PulsarAdmin
+from pulsar_state.admin import PulsarAdmin, tls_verify
 from pulsar_state.connectors.sql_backend import SinkDatabaseError
 from pulsar_state.errors import AdminUnreachableError, ConfigurationError
 from pulsar_state.position import Position
@@ -122,11 +125,17 @@ class PositionGuard:
         *,
         admin_url: str | None,
         admin_headers: dict[str, str] | None = None,
+        admin_tls_trust_cert_path: str | None = None,
+        admin_tls_allow_insecure: bool = False,
         mode: str = "reset",
         logger: Any = None,
         timeout_s: float = 10.0,
         retry_s: float = 30.0,
     ) -> None:
+        """``admin_headers``, ``admin_tls_trust_cert_path``, ``admin_tls_allow_insecure``:
+        the admin API's authentication and TLS trust, as the sink's other admin calls
+        have them (:func:`pulsar_state.admin.tls_verify`; a trust file that is not a
+        file is a ConfigurationError here, before any record)."""
         if mode not in MISMATCH_MODES:
             raise ConfigurationError(
                 f"sink 'positionMismatch' must be one of {', '.join(MISMATCH_MODES)}, got {mode!r}"
@@ -134,7 +143,15 @@ class PositionGuard:
         self.mode = mode
         self._log = logger or log
         self._admin = (
-            PulsarAdmin(admin_url, headers=admin_headers, timeout_s=timeout_s, retry_s=retry_s)
+            PulsarAdmin(
+                admin_url,
+                headers=admin_headers,
+                timeout_s=timeout_s,
+                retry_s=retry_s,
+                verify=tls_verify(
+                    admin_tls_trust_cert_path, allow_insecure=admin_tls_allow_insecure
+                ),
+            )
             if admin_url
             else None
         )

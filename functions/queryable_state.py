@@ -122,21 +122,25 @@ class FunctionStateReader:
         admin_url: str,
         admin_headers: dict[str, str] | None = None,
         admin_tls_trust_cert_path: str | None = None,
+        admin_tls_allow_insecure: bool = False,
         timeout_s: float = 30.0,
     ) -> None:
+        """``admin_tls_trust_cert_path`` / ``admin_tls_allow_insecure``: the admin API's
+        TLS trust (:func:`pulsar_state.admin.tls_verify`), for its own calls and its views'."""
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
         self._client = client
         self._admin_url = admin_url
         self._admin_headers = admin_headers
         self._admin_tls_trust_cert_path = admin_tls_trust_cert_path
+        self._admin_tls_allow_insecure = admin_tls_allow_insecure
         self._timeout_s = timeout_s
         self._admin = PulsarAdmin(
             admin_url,
             headers=admin_headers,
             timeout_s=min(10.0, timeout_s),
             retry_s=timeout_s,
-            verify=tls_verify(admin_tls_trust_cert_path),
+            verify=tls_verify(admin_tls_trust_cert_path, allow_insecure=admin_tls_allow_insecure),
         )
         self._lock = threading.Lock()
         self._topics: dict[str, _StateTopic] = {}
@@ -195,6 +199,7 @@ class FunctionStateReader:
                     admin_url=self._admin_url,
                     admin_headers=self._admin_headers,
                     admin_tls_trust_cert_path=self._admin_tls_trust_cert_path,
+                    admin_tls_allow_insecure=self._admin_tls_allow_insecure,
                     timeout_s=self._timeout_s,
                 )
                 state = self._topics[topic] = _StateTopic(view)

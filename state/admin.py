@@ -10,11 +10,13 @@ state, a compaction threshold keeps the compacted view small.
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import requests
+import urllib3
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from pulsar_state.errors import (
@@ -37,20 +39,46 @@ def topic_path(topic: str) -> str:
     return admin_path(topic)
 
 
-def tls_verify(trust_cert_path: str | None) -> bool | str:
+_insecure_said = False
+
+
+def _insecure() -> bool:
+    """``verify=False``, said once per process in the log, and urllib3's per-request
+    ``InsecureRequestWarning`` silenced (the log line says it once)."""
+    global _insecure_said  # noqa: PLW0603 -- once per process
+    # each time: a warnings filter does not outlive catch_warnings (pytest's, say);
+    # an identical filter is replaced, not added again
+    warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
+    if not _insecure_said:
+        _insecure_said = True
+        log.warning(
+            "TLS certificates of the Pulsar admin API are not checked (tls allow insecure): "
+            "anyone between here and the cluster can read and change the admin calls"
+        )
+    return False
+
+
+def tls_verify(trust_cert_path: str | None, *, allow_insecure: bool = False) -> bool | str:
     """``requests``' ``verify`` for an admin API whose certificate is signed by
     ``trust_cert_path`` (a PEM bundle; ``None``: the system's trusted CAs).
+
+    ``allow_insecure`` (``--tls-allow-insecure``, ``tlsAllowInsecureConnection``):
+    ``False``, no certificate is checked; a WARNING says so once per process.
 
     Raises:
         ConfigurationError: ``trust_cert_path`` is not a readable file.
     """
-    if trust_cert_path is None:
-        return True
-    if not isinstance(trust_cert_path, str | Path) or not Path(trust_cert_path).is_file():
+    if allow_insecure is not False and allow_insecure is not True:
+        raise ConfigurationError(f"allow_insecure must be a bool, got {allow_insecure!r}")
+    if trust_cert_path is not None and (
+        not isinstance(trust_cert_path, str | Path) or not Path(trust_cert_path).is_file()
+    ):
         raise ConfigurationError(
             f"admin_tls_trust_cert_path {trust_cert_path!r} is not a file (a PEM CA bundle)"
         )
-    return str(trust_cert_path)
+    if allow_insecure:
+        return _insecure()
+    return True if trust_cert_path is None else str(trust_cert_path)
 
 
 def refusal_reason(resp: requests.Response, *, limit: int = 300) -> str:
@@ -93,7 +121,7 @@ class PulsarAdmin:
         self._session.headers.update(headers or {})
         # per request, not session.verify: requests lets REQUESTS_CA_BUNDLE override a
         # session's verify, but not a request's
-        self._verify = verify
+        self._verify = _insecure() if verify is False else verify
         self._timeout_s = timeout_s
         self._retry_s = retry_s
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import pulsar
 
+from pulsar_state.admin import tls_verify
 from pulsar_state.errors import ConfigurationError
 
 __all__ = ["ClusterAuth"]
@@ -224,7 +225,7 @@ class ClusterAuth:
         return args
 
     def requests_verify(self) -> bool | str:
-        """``requests``' ``verify``: the trust bundle, ``False`` if insecure, else ``True``."""
-        if self.tls_allow_insecure:
-            return False
-        return self.tls_trust_cert_path or True
+        """``requests``' ``verify``: the trust bundle, ``False`` if insecure (said once in the
+        log, urllib3's per-request warning silenced: :func:`pulsar_state.admin.tls_verify`),
+        else ``True``."""
+        return tls_verify(self.tls_trust_cert_path, allow_insecure=self.tls_allow_insecure)

@@ -58,8 +58,11 @@ class TopicView(Generic[S, Op]):
         admin_url: str,
         admin_headers: dict[str, str] | None = None,
         admin_tls_trust_cert_path: str | None = None,
+        admin_tls_allow_insecure: bool = False,
         timeout_s: float = 30.0,
     ) -> None:
+        """``admin_tls_trust_cert_path`` / ``admin_tls_allow_insecure``: the admin API's
+        TLS trust (:func:`pulsar_state.admin.tls_verify`)."""
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
         self.topic = full_topic_name(topic)
@@ -69,7 +72,7 @@ class TopicView(Generic[S, Op]):
             headers=admin_headers,
             timeout_s=min(10.0, timeout_s),
             retry_s=timeout_s,
-            verify=tls_verify(admin_tls_trust_cert_path),
+            verify=tls_verify(admin_tls_trust_cert_path, allow_insecure=admin_tls_allow_insecure),
         )
         try:
             admin.require_topic(self.topic)

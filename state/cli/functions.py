@@ -105,6 +105,7 @@ def _state_reader(cluster: dict[str, Any], timeout: float) -> Iterator[FunctionS
             admin_url=cluster["admin_url"],
             admin_headers=admin_headers(auth),
             admin_tls_trust_cert_path=auth.tls_trust_cert_path,
+            admin_tls_allow_insecure=auth.tls_allow_insecure,
             timeout_s=timeout,
         )
         try:

@@ -235,6 +235,7 @@ def read_only_view(
             admin_url=opts["admin_url"],
             admin_headers=auth.admin_headers(),
             admin_tls_trust_cert_path=auth.tls_trust_cert_path,
+            admin_tls_allow_insecure=auth.tls_allow_insecure,
             timeout_s=timeout_s,
         ) as view,
     ):

@@ -10,13 +10,18 @@ one that is not must fail with a clear message, never hang or change anything.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pulsar
 import pytest
@@ -26,7 +31,14 @@ from cryptography.hazmat.primitives import serialization
 from harness import REPO_ROOT, unique_topic
 
 from pulsar_state import ConfigurationError, MetadataStore, PulsarMap, PulsarStateError
+from pulsar_state.cluster_auth import ClusterAuth
+from pulsar_state.connectors.sink import SinkRecord, SqlUpsertSink
+from pulsar_state.connectors.sink_runner import run_sink
 from pulsar_state.deploy.standalone import StandaloneBroker
+from pulsar_state.functions.function_map import open_function_map
+from pulsar_state.functions.metadata_manager import FunctionMetadataManager
+from pulsar_state.position import Position
+from pulsar_state.topic_names import admin_path
 
 
 @dataclass
@@ -202,3 +214,190 @@ def test_the_cli_without_the_ca_fails_clearly(tls_broker: TlsBroker) -> None:
     assert put.returncode == 1, put.stderr
     assert "Traceback" not in put.stderr
     assert "certificate" in put.stderr.lower() or "tls" in put.stderr.lower(), put.stderr
+
+
+# -- the packaged functions' and the SQL sink's own admin calls (issue 15) ------------------
+
+
+def _function_context(client: pulsar.Client, user_config: dict[str, Any]) -> Any:
+    """What a function instance's runtime context offers (no worker: the TLS standalone
+    runs none); a real client and the real TLS admin API behind it."""
+    return SimpleNamespace(
+        get_user_config_value=user_config.get,
+        get_user_config_map=lambda: dict(user_config),
+        get_function_tenant=lambda: "public",
+        get_function_namespace=lambda: "default",
+        get_function_name=lambda: "tls-fn",
+        get_instance_id=lambda: 0,
+        get_pulsar_client=lambda: client,
+        get_secret=lambda _key: None,
+        get_logger=lambda: logging.getLogger("function"),
+        record_metric=lambda *_: None,
+    )
+
+
+def _create_request(fqn: str) -> str:
+    config = {"className": "x.Y", "inputs": ["persistent://public/default/in"]}
+    return json.dumps({"op": "create", "fqn": fqn, "config": config})
+
+
+def test_a_packaged_function_trusts_the_ca_its_user_config_names(tls_broker: TlsBroker) -> None:
+    client = tls_broker.client()
+    manager = FunctionMetadataManager()
+    try:
+        context = _function_context(
+            client,
+            {
+                "adminUrl": tls_broker.admin_url,
+                "tlsTrustCertsFilePath": tls_broker.ca_file,
+                "metadataTopic": unique_topic("tls-fn-meta"),
+            },
+        )
+        answer = json.loads(manager.process(_create_request("public/default/tls-fn"), context))
+        assert answer["ok"], answer
+        topic = manager._records(context).manager.topic
+        retention = requests.get(
+            f"{tls_broker.admin_url}/admin/v2/{admin_path(topic)}/retention",
+            params={"applied": "false"},
+            verify=tls_broker.ca_file,
+            timeout=30,
+        )
+        assert retention.json() == {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}
+    finally:
+        manager.close()
+        client.close()
+
+
+def test_a_function_without_the_ca_or_with_a_missing_one_fails_clearly(
+    tls_broker: TlsBroker,
+) -> None:
+    client = tls_broker.client()
+    try:
+        untrusted = _function_context(
+            client, {"adminUrl": tls_broker.admin_url, "stateTopic": unique_topic("tls-fn-no")}
+        )
+        with pytest.raises(PulsarStateError, match="certificate"):
+            open_function_map(untrusted, "stateTopic", "unused")
+        missing = _function_context(
+            client,
+            {
+                "adminUrl": tls_broker.admin_url,
+                "tlsTrustCertsFilePath": "/nonexistent/ca.pem",
+                "stateTopic": unique_topic("tls-fn-missing"),
+            },
+        )
+        with pytest.raises(ConfigurationError, match=r"tlsTrustCertsFilePath.*nonexistent"):
+            open_function_map(missing, "stateTopic", "unused")
+        for bad in ("yes", 2):
+            refused = _function_context(
+                client, {"adminUrl": tls_broker.admin_url, "tlsAllowInsecureConnection": bad}
+            )
+            with pytest.raises(ConfigurationError, match="tlsAllowInsecureConnection"):
+                open_function_map(refused, "stateTopic", "unused")
+    finally:
+        client.close()
+
+
+def _keyed_record(tls_broker: TlsBroker, topic: str) -> SinkRecord:
+    """One real record on ``topic`` (its position is one the topic has)."""
+    client = tls_broker.client()
+    try:
+        producer = client.create_producer(topic)
+        message_id = producer.send(b"v1", partition_key="k1")
+        producer.close()
+    finally:
+        client.close()
+    return SinkRecord(
+        topic=topic, key="k1", value=b"v1", position=Position.from_message_id(message_id)
+    )
+
+
+def test_the_sinks_position_check_trusts_the_ca_of_its_config(
+    tls_broker: TlsBroker, tmp_path: Path
+) -> None:
+    record = _keyed_record(tls_broker, unique_topic("tls-sink"))
+    config = {
+        "database": str(tmp_path / "sink.db"),
+        "adminUrl": tls_broker.admin_url,
+        "tlsTrustCertsFilePath": tls_broker.ca_file,
+    }
+    sink = SqlUpsertSink()
+    sink.open(config)
+    try:
+        assert sink.write(record) is True
+        # the redelivery is checked against the topic's ledgers over TLS, then skipped
+        assert sink.write(record) is False
+        assert sink.position_checks == {"redelivery": 1}
+    finally:
+        sink.close()
+    # the runner hands its --tls-trust-cert-path to the same check
+    sink = SqlUpsertSink()
+    sink.open(
+        {k: v for k, v in config.items() if k != "tlsTrustCertsFilePath"},
+        admin_tls_trust_cert_path=tls_broker.ca_file,
+    )
+    try:
+        assert sink.write(record) is False
+        assert sink.position_checks == {"redelivery": 1}
+    finally:
+        sink.close()
+
+
+def test_the_sink_runner_checks_redeliveries_over_tls(
+    tls_broker: TlsBroker, tmp_path: Path
+) -> None:
+    topic = unique_topic("tls-runner")
+    _keyed_record(tls_broker, topic)
+    config = {
+        "serviceUrl": tls_broker.service_url,
+        "topic": topic,
+        "subscription": "first",
+        "database": str(tmp_path / "runner.db"),
+        "adminUrl": tls_broker.admin_url,
+    }
+    auth = ClusterAuth(tls_trust_cert_path=tls_broker.ca_file)
+    stop = threading.Event()
+    timer = threading.Timer(90, stop.set)  # bound: a check that never succeeds retries
+    timer.start()
+    try:
+        assert run_sink(config, max_idle_s=2, stop=stop, auth=auth).written == 1
+        # a second subscription reads the record again: a redelivery, checked and skipped
+        again = run_sink({**config, "subscription": "second"}, max_idle_s=2, stop=stop, auth=auth)
+        assert not stop.is_set(), "the runner kept retrying the position check"
+        assert (again.written, again.skipped) == (0, 1)
+        assert again.position_checks == {"redelivery": 1}
+    finally:
+        timer.cancel()
+
+
+def _insecure_cli(tls_broker: TlsBroker, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "REQUESTS_CA"))}
+    return subprocess.run(
+        [
+            str(Path(sys.executable).parent / "pulsar-state"),
+            *args[:1],
+            "--service-url",
+            tls_broker.service_url,
+            "--admin-url",
+            tls_broker.admin_url,
+            *args[1:],
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_tls_allow_insecure_reaches_the_cli_admin_calls(tls_broker: TlsBroker) -> None:
+    topic = unique_topic("tls-insecure")
+    assert _cli(tls_broker, "map", "--topic", topic, "put", "k", "7").returncode == 0
+    refused = _insecure_cli(tls_broker, "map", "--topic", topic, "get", "k")
+    assert refused.returncode == 1, refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert "certificate" in refused.stderr.lower(), refused.stderr
+    got = _insecure_cli(tls_broker, "map", "--topic", topic, "--tls-allow-insecure", "get", "k")
+    assert (got.returncode, got.stdout.strip()) == (0, "7"), got.stderr
+    assert "not checked" in got.stderr, got.stderr  # said once, not per request
+    assert "InsecureRequestWarning" not in got.stderr

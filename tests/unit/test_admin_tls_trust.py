@@ -11,9 +11,11 @@ admin API: this is about the clients' TLS settings, not the broker.
 from __future__ import annotations
 
 import json
+import logging
 import ssl
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -22,8 +24,10 @@ import certifi
 import pytest
 import trustme
 
+import pulsar_state.admin as admin_module
 from pulsar_state import AdminUnreachableError, ConfigurationError
 from pulsar_state.admin import PulsarAdmin
+from pulsar_state.cluster_auth import ClusterAuth
 from pulsar_state.deploy.rest_admin import PulsarAdminRest
 
 
@@ -99,3 +103,31 @@ def test_the_deploy_client_trusts_the_given_ca(https_admin: tuple[str, str]) -> 
         assert admin.function_status(("public", "default", "f"))["status"] == "ok"
     finally:
         admin.close()
+
+
+def test_allow_insecure_skips_the_check_and_says_so_once(
+    https_admin: tuple[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``--tls-allow-insecure`` reaches both admin clients: no certificate checked, one
+    WARNING per process, and no urllib3 ``InsecureRequestWarning`` on each request."""
+    url, _ = https_admin
+    monkeypatch.setattr(admin_module, "_insecure_said", False)
+    auth = ClusterAuth(tls_allow_insecure=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an InsecureRequestWarning would fail the call
+        with caplog.at_level(logging.WARNING, logger="pulsar_state.admin"):
+            core = PulsarAdmin(url, verify=auth.requests_verify(), retry_s=5)
+            deploy = PulsarAdminRest.with_auth(url, auth)
+            try:
+                assert core.request("GET", "/admin/v2/clusters").status_code == 200
+                assert core.request("GET", "/admin/v2/clusters").status_code == 200
+                assert deploy.function_status(("public", "default", "f"))["status"] == "ok"
+            finally:
+                core.close()
+                deploy.close()
+    said = [r for r in caplog.records if "not checked" in r.getMessage()]
+    assert len(said) == 1, caplog.text
+    with pytest.raises(ConfigurationError, match="must be a bool"):
+        admin_module.tls_verify(None, allow_insecure="yes")  # type: ignore[arg-type]
