@@ -146,6 +146,8 @@ class GroupSettings:
     session_check_interval_s: float = 1.0
     #: the admin API's authentication (``ClusterAuth.admin_headers()``), set by the runner
     admin_headers: dict[str, str] | None = field(default=None, repr=False, compare=False)
+    #: the CA bundle of an https admin API (``ClusterAuth.tls_trust_cert_path``), set by the runner
+    admin_tls_trust_cert_path: str | None = field(default=None, compare=False)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> GroupSettings | None:
@@ -343,6 +345,7 @@ class SinkGroup:
                 s.membership_topic,
                 admin_url=s.admin_url,
                 admin_headers=s.admin_headers,
+                admin_tls_trust_cert_path=s.admin_tls_trust_cert_path,
                 session_timeout_s=s.session_timeout_s,
                 session_check_interval_s=s.session_check_interval_s,
             )
@@ -351,6 +354,7 @@ class SinkGroup:
                 s.assignment_topic,
                 admin_url=s.admin_url,
                 admin_headers=s.admin_headers,
+                admin_tls_trust_cert_path=s.admin_tls_trust_cert_path,
             )
             foreign = [
                 k

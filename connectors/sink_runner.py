@@ -151,7 +151,9 @@ def run_sink(
     headers = auth.admin_headers()
     group = GroupSettings.from_config(config)  # validated before connecting
     if group is not None:
-        group = dataclasses.replace(group, admin_headers=headers)
+        group = dataclasses.replace(
+            group, admin_headers=headers, admin_tls_trust_cert_path=auth.tls_trust_cert_path
+        )
     stop = stop or threading.Event()
     health = health or SinkHealth()
     # the native logger: a Python one can abort the process at exit (see client_log)

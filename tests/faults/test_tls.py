@@ -401,3 +401,32 @@ def test_tls_allow_insecure_reaches_the_cli_admin_calls(tls_broker: TlsBroker) -
     assert (got.returncode, got.stdout.strip()) == (0, "7"), got.stderr
     assert "not checked" in got.stderr, got.stderr  # said once, not per request
     assert "InsecureRequestWarning" not in got.stderr
+
+
+def test_a_sink_runner_group_opens_its_topics_over_tls(
+    tls_broker: TlsBroker, tmp_path: Path
+) -> None:
+    """A group's membership store and assignment map protect their topics through the
+    same admin API as the runner's other calls, with the runner's --tls-trust-cert-path."""
+    topic = unique_topic("tls-group")
+    _keyed_record(tls_broker, topic)
+    config = {
+        "serviceUrl": tls_broker.service_url,
+        "topic": topic,
+        "subscription": "group",
+        "database": str(tmp_path / "group.db"),
+        "adminUrl": tls_broker.admin_url,
+        "assignmentTopic": f"{topic}-assignments",
+        "memberId": "m0",
+        "sessionTimeoutS": 4,
+        "sessionCheckIntervalS": 0.5,
+    }
+    stop = threading.Event()
+    timer = threading.Timer(90, stop.set)  # bound: the record never assigned would idle forever
+    timer.start()
+    try:
+        auth = ClusterAuth(tls_trust_cert_path=tls_broker.ca_file)
+        sink = run_sink(config, max_idle_s=20, stop=stop, auth=auth)
+        assert (sink.written, sink.skipped) == (1, 0)
+    finally:
+        timer.cancel()
