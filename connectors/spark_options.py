@@ -16,7 +16,7 @@ from pulsar_state.admin import topic_path
 from pulsar_state.map_op import MapCodec
 from pulsar_state.position import Position
 from pulsar_state.serde import BytesSerde, JsonSerde, Serde, StrKeySerde, StrSerde
-from pulsar_state.topic_names import full_topic_name
+from pulsar_state.topic_names import checkpoint_topic, full_topic_name
 
 __all__ = ["SourceOptions", "source_schema"]
 
@@ -44,6 +44,8 @@ class SourceOptions:
     num_partitions: int | None
     timeout_ms: int
     pushdown: bool = False
+    #: a snapshot reads the map's newest checkpoint plus the tail, when it has one
+    use_checkpoint: bool = True
 
     @classmethod
     def parse(cls, options: dict[str, str]) -> SourceOptions:
@@ -85,7 +87,12 @@ class SourceOptions:
             )
         include = opts.get("includemetadata", "false").lower()
         pushdown = opts.get("pushdown", "false").lower()
-        for flag, value in (("includeMetadata", include), ("pushdown", pushdown)):
+        checkpoint = opts.get("checkpoint", "true").lower()
+        for flag, value in (
+            ("includeMetadata", include),
+            ("pushdown", pushdown),
+            ("checkpoint", checkpoint),
+        ):
             if value not in ("true", "false"):
                 raise ValueError(f"pulsar_state: {flag} is true or false, got {value!r}")
         topic = full_topic_name(need("topic"))  # InvalidTopicNameError is a clear message too
@@ -106,6 +113,7 @@ class SourceOptions:
             num_partitions=partitions,
             timeout_ms=timeout_ms,
             pushdown=pushdown == "true",
+            use_checkpoint=checkpoint == "true",
         )
 
     # -- helpers used where the code runs -----------------------------------------
@@ -133,9 +141,17 @@ class SourceOptions:
         stats: dict[str, Any] = self._admin_get("internalStats").json()
         return stats
 
-    def _admin_get(self, what: str) -> requests.Response:
+    def has_checkpoints(self) -> bool:
+        """Whether the map's checkpoint topic exists (asked without creating it)."""
+        try:
+            self._admin_get("stats", topic=checkpoint_topic(self.topic))
+        except ValueError:  # 404
+            return False
+        return True
+
+    def _admin_get(self, what: str, *, topic: str | None = None) -> requests.Response:
         headers = {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else {}
-        url = f"{self.admin_url}/admin/v2/{topic_path(self.topic)}/{what}"
+        url = f"{self.admin_url}/admin/v2/{topic_path(topic or self.topic)}/{what}"
         try:
             resp = requests.get(url, headers=headers, timeout=self.timeout_ms / 1000)
         except requests.RequestException as exc:
@@ -143,7 +159,7 @@ class SourceOptions:
                 f"pulsar_state: the Pulsar admin API at {self.admin_url} is unreachable ({exc})"
             ) from None
         if resp.status_code == 404:
-            raise ValueError(f"pulsar_state: topic {self.topic} does not exist")
+            raise ValueError(f"pulsar_state: topic {topic or self.topic} does not exist")
         if resp.status_code in (401, 403):
             raise PermissionError(f"pulsar_state: not allowed to read {self.topic}")
         if resp.status_code != 200:

@@ -10,8 +10,11 @@
 Modes (option ``mode``):
 
 * ``snapshot`` (default): the latest value per key as of the topic's last
-  position, frozen when the query is planned. Reads the compacted view plus
-  the raw tail; tombstones, duplicates and stale (fenced) writes are dropped by
+  position, frozen when the query is planned. When the map has a columnar
+  checkpoint, its chunks are read by parallel tasks and the raw log after it
+  by the driver (:mod:`~pulsar_state.connectors.spark_checkpoint`; option
+  ``checkpoint=false`` turns that off); otherwise the compacted view plus the
+  raw tail. Tombstones, duplicates and stale (fenced) writes are dropped by
   the state core's own replay (:class:`~pulsar_state.replay.LogReplay`), so
   the result equals what a ``PulsarMap`` sees at that position.
 * ``changelog``: every applied change (``change_type`` ``put``/``delete``) with
@@ -62,6 +65,12 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from pulsar_state.connectors.spark_checkpoint import (
+    ChunkPartition,
+    TailPartition,
+    plan_from_checkpoint,
+    read_checkpoint_partition,
+)
 from pulsar_state.connectors.spark_options import SourceOptions, source_schema
 from pulsar_state.connectors.spark_ranges import plan_ranges
 from pulsar_state.connectors.spark_ranges import replay_changes as _replay_changes
@@ -91,6 +100,10 @@ class PulsarStateBatchReader(DataSourceReader):
         opts.check_topic()  # on the driver, before any task
 
     def partitions(self) -> list[InputPartition]:
+        if self.opts.mode == "snapshot":
+            from_checkpoint = plan_from_checkpoint(self.opts, self.keys)
+            if from_checkpoint is not None:
+                return from_checkpoint
         end = self.opts.last_position()  # frozen at planning time
         n = self.opts.partitions_for(self.opts.mode)
         if self.opts.mode == "changelog":  # disjoint position ranges, keys not split
@@ -99,6 +112,9 @@ class PulsarStateBatchReader(DataSourceReader):
         return [ReadPartition(i, n, str(end), self.keys) for i in range(n)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, ChunkPartition | TailPartition):
+            yield from read_checkpoint_partition(self.opts, self.schema, partition)
+            return
         assert isinstance(partition, ReadPartition)
         opts = self.opts
         keys = set(partition.keys) if partition.keys is not None else None

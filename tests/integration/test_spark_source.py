@@ -541,3 +541,62 @@ def test_parallel_stream_batches_read_ranges_with_the_single_read_rows(
     order = ("ledger_id", "entry_id", "batch_index")
     assert sorted((tuple(r) for r in got), key=lambda r: r[5:8]) == [tuple(r) for r in single]
     assert [r[5:8] for r in got] == sorted(r[5:8] for r in got), f"rows in {order} order"
+
+
+# -- snapshots from a columnar checkpoint (issue 16, item 2) -------------------
+
+
+@pytest.fixture
+def checkpointed_map(make_client: ClientFactory, admin_url: str) -> tuple[str, dict[str, Any]]:
+    """3,000 keys in a checkpoint, then deletes, overwrites and new keys after it,
+    and compaction (which drops the deleted keys' history)."""
+    from pulsar_state import CheckpointPolicy  # noqa: PLC0415
+
+    topic = unique_topic("spark-ckpt")
+    policy = CheckpointPolicy(every_ops=10**9, min_keys=0, chunk_bytes=16 * 1024)
+    with PulsarMap[str, Any](make_client(), topic, admin_url=admin_url, checkpoints=policy) as m:
+        for at in range(0, 3000, 500):
+            m.put_all({f"k{i}": {"i": i} for i in range(at, at + 500)}).result()
+        m.checkpoint().result(timeout=60)
+        for i in range(0, 90, 3):
+            m.delete(f"k{i}").result()
+            m.put(f"k{i + 1}", "changed").result()
+            m.put(f"new{i}", i).result()
+        expected = m.items(latest=True).result()
+    admin = PulsarAdmin(admin_url)
+    admin.compact(topic)
+    wait_until(lambda: admin.compaction_status(topic) == "SUCCESS", timeout_s=60)
+    admin.close()
+    return topic, expected
+
+
+def test_snapshot_reads_the_checkpoint_chunks_in_parallel_plus_the_tail(
+    spark: SparkSession,
+    pulsar_endpoint: PulsarEndpoint,
+    checkpointed_map: tuple[str, dict[str, Any]],
+) -> None:
+    from pulsar_state.connectors.spark_checkpoint import (  # noqa: PLC0415
+        ChunkPartition,
+        TailPartition,
+    )
+    from pulsar_state.connectors.spark_source import PulsarStateBatchReader  # noqa: PLC0415
+
+    topic, expected = checkpointed_map
+    ep = pulsar_endpoint
+    options = {"serviceUrl": ep.service_url, "adminUrl": ep.admin_url, "topic": topic}
+    opts = SourceOptions.parse({**options, "numPartitions": "3"})
+    planned = PulsarStateBatchReader(opts, None).partitions()  # type: ignore[arg-type]
+    assert [type(p) for p in planned] == [ChunkPartition] * 3 + [TailPartition]
+    assert _as_dict(_read(spark, ep, topic)) == expected
+    assert _as_dict(_read(spark, ep, topic, numPartitions="3")) == expected
+    assert _as_dict(_read(spark, ep, topic, checkpoint="false")) == expected
+    binary = _read(spark, ep, topic, valueFormat="binary").collect()
+    assert {r.key: json.loads(r.value) for r in binary} == expected
+    strings = _read(spark, ep, topic, valueFormat="string").collect()
+    assert {r.key: json.loads(r.value) for r in strings} == expected
+    for pushed in ({}, {"pushdown": "true"}):  # deleted after, changed after, untouched
+        df = _read(spark, ep, topic, **pushed).where("key IN ('k0', 'k1', 'k2000', 'new3')")
+        assert _as_dict(df) == {k: expected[k] for k in ("k1", "k2000", "new3")}
+    # with metadata columns the topic is replayed (a checkpoint has no positions)
+    with_meta = _read(spark, ep, topic, includeMetadata="true").collect()
+    assert {r.key: json.loads(r.value) for r in with_meta} == expected
