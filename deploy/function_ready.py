@@ -60,14 +60,16 @@ class DeployedFunction:
         logs_dir: Path | None = None,
         subscription: str | None = None,
         headers: dict[str, str] | None = None,
+        verify: bool | str = True,
     ) -> None:
-        """``headers``: the admin API's authentication (``ClusterAuth.admin_headers()``)."""
+        """``headers``: the admin API's authentication (``ClusterAuth.admin_headers()``);
+        ``verify``: its TLS trust (``ClusterAuth.requests_verify()``)."""
         self.fqn = fqn
         self.name = "/".join(fqn)
         self.log = function_log(fqn, logs_dir)
         # the worker's default subscription name is the fully qualified function name
         self.subscription = subscription or self.name
-        self._admin = PulsarAdmin(admin_url, headers=headers, retry_s=30.0)
+        self._admin = PulsarAdmin(admin_url, headers=headers, retry_s=30.0, verify=verify)
 
     def close(self) -> None:
         self._admin.close()

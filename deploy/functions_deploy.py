@@ -325,6 +325,7 @@ def _wait_ready(
             fqn=fqn,
             subscription=config.get("subName"),
             headers=auth.admin_headers(),
+            verify=auth.requests_verify(),
         ) as function:
             function.wait_ready(
                 inputs=inputs, instances=int(config.get("parallelism", 1)), timeout_s=wait_s

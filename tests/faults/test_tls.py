@@ -34,6 +34,9 @@ from pulsar_state import ConfigurationError, MetadataStore, PulsarMap, PulsarSta
 from pulsar_state.cluster_auth import ClusterAuth
 from pulsar_state.connectors.sink import SinkRecord, SqlUpsertSink
 from pulsar_state.connectors.sink_runner import run_sink
+from pulsar_state.deploy.errors import FunctionNotReadyError
+from pulsar_state.deploy.function_ready import DeployedFunction
+from pulsar_state.deploy.functions_deploy import _wait_ready
 from pulsar_state.deploy.standalone import StandaloneBroker
 from pulsar_state.functions.function_map import open_function_map
 from pulsar_state.functions.metadata_manager import FunctionMetadataManager
@@ -430,3 +433,35 @@ def test_a_sink_runner_group_opens_its_topics_over_tls(
         assert (sink.written, sink.skipped) == (1, 0)
     finally:
         timer.cancel()
+
+
+def test_deploys_readiness_wait_trusts_the_ca_deploy_was_given(tls_broker: TlsBroker) -> None:
+    """``pulsar-state deploy --tls-trust-cert-path`` creates functions with that trust and
+    then waits for them through the admin API: the wait must trust the same CA."""
+    topic = unique_topic("tls-ready")
+    client = tls_broker.client()
+    consumer = client.subscribe(topic, "public/default/tls-ready-fn")
+    try:
+        # the same wait as deploy's: this broker runs no functions worker, so it times
+        # out, but on what the worker says, not on the admin API's certificate
+        with pytest.raises(FunctionNotReadyError) as waited:
+            _wait_ready(
+                tls_broker.admin_url,
+                [(("public", "default", "tls-ready-fn"), {"inputs": [topic]})],
+                3,
+                ClusterAuth(tls_trust_cert_path=tls_broker.ca_file),
+                lambda _line: None,
+            )
+        assert "certificate" not in str(waited.value).lower(), waited.value
+        function = DeployedFunction(
+            admin_url=tls_broker.admin_url,
+            fqn=("public", "default", "tls-ready-fn"),
+            verify=ClusterAuth(tls_trust_cert_path=tls_broker.ca_file).requests_verify(),
+        )
+        try:
+            assert function.consumers(topic) == 1
+        finally:
+            function.close()
+    finally:
+        consumer.close()
+        client.close()
