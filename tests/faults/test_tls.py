@@ -374,17 +374,12 @@ def test_the_sink_runner_checks_redeliveries_over_tls(
 
 
 def _insecure_cli(tls_broker: TlsBroker, *args: str) -> subprocess.CompletedProcess[str]:
+    """``pulsar-state`` against the TLS listeners, told nothing about the CA."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "REQUESTS_CA"))}
+    env["PULSAR_SERVICE_URL"] = tls_broker.service_url
+    env["PULSAR_ADMIN_URL"] = tls_broker.admin_url
     return subprocess.run(
-        [
-            str(Path(sys.executable).parent / "pulsar-state"),
-            *args[:1],
-            "--service-url",
-            tls_broker.service_url,
-            "--admin-url",
-            tls_broker.admin_url,
-            *args[1:],
-        ],
+        [str(Path(sys.executable).parent / "pulsar-state"), *args],
         env=env,
         capture_output=True,
         text=True,
@@ -465,3 +460,16 @@ def test_deploys_readiness_wait_trusts_the_ca_deploy_was_given(tls_broker: TlsBr
     finally:
         consumer.close()
         client.close()
+
+
+def test_querystate_honours_tls_allow_insecure(tls_broker: TlsBroker) -> None:
+    """``functions querystate`` looks the function up through the admin API: refused on
+    the certificate without the flag; with --tls-allow-insecure the call reaches the
+    broker, whose answer (this standalone runs no functions worker: 409) is reported."""
+    args = ["functions", "querystate", "--name", "tls-qs", "--key", "apples"]
+    refused = _insecure_cli(tls_broker, *args)
+    assert refused.returncode == 1, refused.stderr
+    assert "CERTIFICATE_VERIFY_FAILED" in refused.stderr, refused.stderr
+    got = _insecure_cli(tls_broker, *args, "--tls-allow-insecure")
+    assert "CERTIFICATE_VERIFY_FAILED" not in got.stderr, got.stderr
+    assert got.returncode == 1 and "Function Worker is not enabled" in got.stderr, got.stderr
