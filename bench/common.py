@@ -110,6 +110,9 @@ def fill_map(
                     print(f"  filling {topic}: {base:,}/{keys:,} keys", flush=True)
             for f in pending:
                 f.result(timeout=600)
+            if m.manager.checkpointer is not None:  # a bulk load ends with a checkpoint
+                manifest = m.checkpoint().result(timeout=600)
+                print(f"  checkpoint of {manifest.rows:,} keys in {len(manifest.chunks)} chunks")
     finally:
         client.close()
 

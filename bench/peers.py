@@ -94,10 +94,12 @@ NOTES = {
     '(`access_mode="wait"`, PIP-68 `WaitForExclusive`): a holder keeps the topic while it '
     "has writes.",
     "bootstrap": "Open a map of this many keys on a compacted topic until it holds them all, "
-    "each in a fresh process: `PulsarMap` (compacted view, then the tail, decoded in Python) "
-    "against Pulsar's own `TableView` (C++) on the same topic; the count of keys each holds "
-    "is checked. One open per round, so the table gives the open time (median, min-max) "
-    "instead of per-operation percentiles. Reads only: headline broker only.",
+    "each in a fresh process: `PulsarMap` (its newest columnar checkpoint, written by the "
+    "loader's `checkpoint()` after the bulk load, then the raw tail after it; the probe "
+    "checks it started from the checkpoint) against Pulsar's own `TableView` (C++) on the "
+    "same topic; the count of keys each holds is checked, and each process's peak resident "
+    "memory is reported. One open per round, so the table gives the open time (median, "
+    "min-max) instead of per-operation percentiles. Reads only: headline broker only.",
 }
 VALUE = b"v" * 100
 SMOKE_RESULTS = REPO / ".cache" / "bench" / "results-smoke"
@@ -113,6 +115,8 @@ class Series:
     p50_us: list[float] = field(default_factory=list)
     p99_us: list[float] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
+    #: bootstrap: the probe process's peak resident memory per round
+    rss_mb: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -354,12 +358,16 @@ def run_bootstrap(
 ) -> None:
     """Ours and TableView, each in a fresh process (see :mod:`bench.bootstrap_probe`)."""
     for system, kind in (("pulsar-map", "ours"), ("TableView", "tableview")):
-        seconds, seen = run_probe(kind, service_url, admin_url, topic)
+        probe = run_probe(kind, service_url, admin_url, topic)
+        seconds, seen = float(probe["seconds"]), int(probe["keys"])
         if seen != keys:
             raise AssertionError(f"{system} bootstrap saw {seen} keys, expected {keys}")
+        if kind == "ours" and probe["source"] != "checkpoint":
+            raise AssertionError(f"our bootstrap started from {probe['source']}, not a checkpoint")
         series = boot.add(system, column)
         series.values.append(keys / seconds)
         series.extra.append(f"{seconds:.3f}")
+        series.rss_mb.append(float(probe["rss_mb"]))
 
 
 # -- set-up checks -------------------------------------------------------------------
@@ -625,12 +633,16 @@ def _columns(w: Workload, columns: list[str]) -> list[str]:
 def _system_table(w: Workload, columns: list[str]) -> list[str]:
     systems = sorted({s for s, _ in w.series}, key=ORDER.index)
     if w.name == "bootstrap":
-        lines = ["| system | keys/s | open time, s | notes |", "|---|---|---|---|"]
+        lines = [
+            "| system | keys/s | open time, s | peak RSS, MB | notes |",
+            "|---|---|---|---|---|",
+        ]
         for system in systems:
             s = w.get(system, columns[0])
             if s is not None:
                 lines.append(
-                    f"| {system} | {_med(s.values)} | {_med([float(x) for x in s.extra], 3)} |  |"
+                    f"| {system} | {_med(s.values)} | {_med([float(x) for x in s.extra], 3)} "
+                    f"| {_med(s.rss_mb, 0) if s.rss_mb else '-'} |  |"
                 )
         return lines
     head, rule = "| system |", "|---|"

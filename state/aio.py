@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Generic, Self, TypeVar
 
 from pulsar_state.aio_metadata import AsyncCoordinationService, AsyncMetadataStore
+from pulsar_state.checkpoint_format import Manifest as CheckpointManifest
 from pulsar_state.futures import wrap
 from pulsar_state.manager import SharedStateManager
 from pulsar_state.map_watch import MapChange, MapWatch
@@ -106,6 +107,18 @@ class AsyncSharedStateManager(Generic[S, Op]):
             Exception: whatever ``generator`` or ``reader`` raises, unchanged.
         """
         return await wrap(self.sync.write(generator, reader, blind=blind))
+
+    async def checkpoint(self) -> CheckpointManifest:
+        """Write a checkpoint of the state now (:meth:`SharedStateManager.checkpoint`, awaited).
+
+        Returns:
+            The checkpoint's manifest.
+
+        Raises:
+            ConfigurationError: if this manager keeps no checkpoints.
+            PulsarStateError: when it could not be published.
+        """
+        return await wrap(self.sync.checkpoint())
 
     def add_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
         """Listeners run on the tailer's thread; use ``loop.call_soon_threadsafe``."""
@@ -445,6 +458,18 @@ class AsyncPulsarMap(Generic[K, V]):
         if reader is None:
             return await wrap(self.sync.transact(fn))
         return await wrap(self.sync.transact(fn, reader=reader))
+
+    async def checkpoint(self) -> CheckpointManifest:
+        """Write a columnar checkpoint of the whole map now (:meth:`PulsarMap.checkpoint`, awaited).
+
+        Returns:
+            The checkpoint's manifest (its position, keys, chunks).
+
+        Raises:
+            ConfigurationError: if the map keeps no checkpoints.
+            PulsarStateError: when it could not be published (the map is unaffected).
+        """
+        return await wrap(self.sync.checkpoint())
 
     async def watch(
         self,

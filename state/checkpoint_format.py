@@ -87,6 +87,11 @@ class Manifest:
     taken_ms: int = 0
 
     def to_json(self) -> bytes:
+        """The manifest's payload.
+
+        Returns:
+            Compact JSON bytes (:meth:`from_json` reads them back).
+        """
         return json.dumps(
             {
                 "format": FORMAT,
@@ -105,8 +110,12 @@ class Manifest:
     def from_json(cls, data: bytes) -> Manifest:
         """Parse a manifest.
 
+        Returns:
+            The manifest.
+
         Raises:
-            CheckpointError: for anything that is not a version-1 manifest.
+            CheckpointError: for anything that is not a version-1 manifest
+                (a ``ValueError`` found parsing it is wrapped in one).
         """
         try:
             raw = json.loads(data)
@@ -127,7 +136,7 @@ class Manifest:
                 },
                 taken_ms=int(raw.get("taken_ms", 0)),
             )
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:  # -> CheckpointError
             raise CheckpointError(f"not a checkpoint manifest: {exc}") from exc
 
 
