@@ -42,6 +42,7 @@ from typing import Any
 import pulsar
 
 from pulsar_state import futures, metrics
+from pulsar_state.admin import PulsarAdmin
 from pulsar_state.checkpoint_format import (
     CHUNK_KIND,
     MANIFEST_KIND,
@@ -54,7 +55,12 @@ from pulsar_state.checkpoint_format import (
     encode_chunks,
     manifest_properties,
 )
-from pulsar_state.errors import CheckpointError, ConfigurationError, PulsarStateError
+from pulsar_state.errors import (
+    CheckpointError,
+    ConfigurationError,
+    PulsarStateError,
+    TopicNotFoundError,
+)
 from pulsar_state.position import Position
 from pulsar_state.serde import BytesSerde, KeySerde, Serde, StrKeySerde
 from pulsar_state.topic_names import checkpoint_topic
@@ -272,6 +278,8 @@ class MapCheckpointer:
         policy: CheckpointPolicy,
         max_bytes: int,
         timeout_s: float,
+        admin: PulsarAdmin | None = None,
+        protect: bool = False,
     ) -> None:
         if policy.chunk_bytes > max_bytes:
             raise ConfigurationError(
@@ -283,6 +291,10 @@ class MapCheckpointer:
                 "(or open the map with checkpoints=False)"
             )
         self._client = client
+        #: with an admin client, a map with no checkpoint topic skips reading it
+        #: (a reader would create it), and ``protect`` sets its zero retention
+        self._admin = admin
+        self._protect = protect
         self.state_topic = state_topic
         self.topic = checkpoint_topic(state_topic)
         self.policy = policy
@@ -305,10 +317,23 @@ class MapCheckpointer:
     def load(self) -> LoadedCheckpoint | None:
         """The map from the newest usable checkpoint, or ``None`` (replay instead)."""
         timeout_ms = int(self._timeout_s * 1000)
+        if self._admin is not None:
+            try:
+                self._admin.require_topic(self.topic)
+            except TopicNotFoundError:
+                return None  # no checkpoint yet
+            except PulsarStateError as exc:
+                log.debug("could not look up %s (%s); reading it", self.topic, exc)
         try:
             found = find_manifest(self._client, self.state_topic, timeout_ms)
             if found is None:
                 return None
+        except pulsar.TopicNotFound:  # no checkpoint yet (and no topic auto-creation)
+            return None
+        except (pulsar.PulsarException, PulsarStateError, ValueError, TypeError) as exc:
+            _bad(self.state_topic, f"{type(exc).__name__}: {exc}")
+            return None
+        try:
             manifest, at = found
             if not anchor_exists(self._client, self.state_topic, manifest.position, timeout_ms):
                 _bad(
@@ -398,6 +423,10 @@ class MapCheckpointer:
 
     def _ensure_producer(self) -> pulsar.Producer:
         if self._producer is None:
+            if self._admin is not None and self._protect:
+                # zero retention: only the keeper subscription's backlog is kept
+                self._admin.ensure_topic(self.topic)
+                self._admin.protect(self.topic, backlog_only=True)
             # the keeper subscription exists before the first chunk: with zero
             # retention, only a subscription's backlog keeps the checkpoint
             keeper = self._client.subscribe(
