@@ -80,7 +80,7 @@ from pulsar_state.errors import (
     PulsarStateError,
 )
 from pulsar_state.function_secrets import function_admin_headers
-from pulsar_state.functions.function_map import admin_tls, map_admin_tls
+from pulsar_state.function_tls import admin_tls, map_admin_tls
 from pulsar_state.instance_metrics import label_instance_metrics
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import MapOp, PulsarMap
@@ -180,7 +180,7 @@ class SqlUpsertSink:
         (in a function they come from its secrets, :func:`function_admin_headers`).
         ``admin_tls_trust_cert_path`` / ``admin_tls_allow_insecure``: its TLS trust
         (the runner's ``--tls-*`` options), else the config's ``tlsTrustCertsFilePath``
-        / ``tlsAllowInsecureConnection`` (:func:`~pulsar_state.functions.function_map.admin_tls`).
+        / ``tlsAllowInsecureConnection`` (:func:`~pulsar_state.function_tls.admin_tls`).
 
         Raises:
             ConfigurationError: a bad setting, before the database is touched.

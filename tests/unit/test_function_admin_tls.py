@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pulsar_state import ConfigurationError
-from pulsar_state.functions.function_map import AdminTls, admin_tls, map_admin_tls
+from pulsar_state.function_tls import AdminTls, admin_tls, map_admin_tls
 
 
 def test_nothing_set_trusts_the_system_cas() -> None:

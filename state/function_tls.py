@@ -1,0 +1,81 @@
+"""The admin API's TLS trust of a function instance (or a SQL sink): from its user config.
+
+A function reaches the admin REST API at ``userConfig.adminUrl`` (to protect its
+state topics; the SQL sink also to check stored positions). An ``https://``
+admin URL whose certificate a private CA signs needs that CA's PEM file:
+``userConfig.tlsTrustCertsFilePath``, spelled as ``client.conf`` and the
+functions worker spell it (a path on the host or pod where the instance runs).
+``tlsAllowInsecureConnection: true`` turns the certificate check off (tests
+only). Both are read and validated by :func:`admin_tls` when the function opens
+its state, before anything connects; the credentials are the secret
+``adminToken`` (:mod:`pulsar_state.function_secrets`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pulsar_state.errors import ConfigurationError
+
+__all__ = ["TLS_ALLOW_INSECURE", "TLS_TRUST_CERTS", "AdminTls", "admin_tls", "map_admin_tls"]
+
+#: the user-config key of the CA bundle that signs the admin API's certificate
+TLS_TRUST_CERTS = "tlsTrustCertsFilePath"
+#: the user-config key that turns the admin API's certificate check off
+TLS_ALLOW_INSECURE = "tlsAllowInsecureConnection"
+
+
+@dataclass(frozen=True)
+class AdminTls:
+    """The admin API's TLS trust of a function or sink config, validated."""
+
+    trust_cert_path: str | None = None
+    allow_insecure: bool = False
+
+
+def admin_tls(config_value: Callable[[str], Any]) -> AdminTls:
+    """The :data:`TLS_TRUST_CERTS` and :data:`TLS_ALLOW_INSECURE` settings read through
+    ``config_value`` (``context.get_user_config_value``, or a config dict's ``get``).
+
+    Raises:
+        ConfigurationError: the trust file is not a file, or the insecure flag is
+            not a boolean (``true``/``false``, as JSON, YAML or a string).
+    """
+    trust = config_value(TLS_TRUST_CERTS)
+    if trust in (None, ""):
+        trust = None
+    elif not isinstance(trust, str) or not Path(trust).is_file():
+        raise ConfigurationError(
+            f"user config {TLS_TRUST_CERTS} {trust!r} is not a file: it names the PEM file of "
+            "the CA that signs the admin API's certificate, on the host where the instance runs"
+        )
+    insecure = config_value(TLS_ALLOW_INSECURE)
+    if isinstance(insecure, str) and insecure.strip().lower() in ("true", "false"):
+        insecure = insecure.strip().lower() == "true"
+    if insecure is None:
+        insecure = False
+    if not isinstance(insecure, bool):
+        raise ConfigurationError(
+            f"user config {TLS_ALLOW_INSECURE} must be true or false, got {insecure!r}"
+        )
+    return AdminTls(trust_cert_path=trust, allow_insecure=insecure)
+
+
+def map_admin_tls(config_value: Callable[[str], Any]) -> str | None:
+    """The trust file a function's ``PulsarMap`` gets (:func:`admin_tls`).
+
+    Raises:
+        ConfigurationError: as :func:`admin_tls`, or for ``tlsAllowInsecureConnection:
+            true``, which the state core's admin client does not take yet.
+    """
+    tls = admin_tls(config_value)
+    if tls.allow_insecure:
+        raise ConfigurationError(
+            f"user config {TLS_ALLOW_INSECURE}: true is not supported for the function's "
+            f"state (its admin client checks certificates): give {TLS_TRUST_CERTS}, the PEM "
+            "file of the CA that signs the admin API's certificate"
+        )
+    return tls.trust_cert_path
