@@ -158,7 +158,8 @@ class PulsarAdmin:
                 f"TLS to the Pulsar admin API at {self.admin_url} failed ({exc}): if its "
                 "certificate is signed by a private CA, pass that CA's PEM file "
                 "(admin_tls_trust_cert_path=...; on the command line --tls-trust-cert-path "
-                "or env PULSAR_TLS_TRUST_CERT_PATH)"
+                "or env PULSAR_TLS_TRUST_CERT_PATH; in a function's or sink's user config "
+                "tlsTrustCertsFilePath)"
             ) from exc
         except (requests.ConnectionError, requests.Timeout) as exc:
             # every call made here is idempotent, so a timed-out one is re-sent

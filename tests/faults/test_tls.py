@@ -279,8 +279,9 @@ def test_a_function_without_the_ca_or_with_a_missing_one_fails_clearly(
         untrusted = _function_context(
             client, {"adminUrl": tls_broker.admin_url, "stateTopic": unique_topic("tls-fn-no")}
         )
-        with pytest.raises(PulsarStateError, match="certificate"):
+        with pytest.raises(PulsarStateError, match="certificate") as refused:
             open_function_map(untrusted, "stateTopic", "unused")
+        assert "tlsTrustCertsFilePath" in str(refused.value)  # the key a function user sets
         missing = _function_context(
             client,
             {
