@@ -212,7 +212,9 @@ def main() -> None:
         [comparison, ceiling],
         f"""
 `spark.read.format("pulsar_state")` (snapshot mode, `valueFormat=string`) over a
-map of {args.keys:,} keys written by `PulsarMap.put_all` in writes of 5,000 keys,
+map of {args.keys:,} keys written by `PulsarMap.put_all` in writes of 5,000 keys
+and ended with `PulsarMap.checkpoint()`, so the read is the checkpoint's chunks in
+parallel tasks plus the raw tail after it (`checkpoint=false` replays the topic),
 materialized with the `noop` sink in a `local[2]` session; reference:
 `spark.range` with the same two string columns in the same session. The second
 row sets the source against a bare `pulsar-client` `Reader` loop over the same

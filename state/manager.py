@@ -41,7 +41,7 @@ from pulsar_state.op_codec import OpCodec, SerializerCodec
 from pulsar_state.position import Position
 from pulsar_state.snapshot import SnapshotPolicy, Snapshotter
 from pulsar_state.tailer import AppliedWrite, Tailer
-from pulsar_state.topic_names import checkpoint_topic, full_topic_name, snapshot_topic
+from pulsar_state.topic_names import full_topic_name, snapshot_topic
 from pulsar_state.writer import Writer
 
 __all__ = ["SharedStateManager", "SharedStateManagerBuilder"]
@@ -93,7 +93,7 @@ class SharedStateManager(Generic[S, Op]):
         admin_tls_trust_cert_path: str | None = None,
         compactable: bool = False,
         snapshots: SnapshotPolicy[S] | None = None,
-        checkpointer: Callable[[str], MapCheckpointer] | None = None,
+        checkpointer: Callable[[str, PulsarAdmin | None], MapCheckpointer] | None = None,
     ) -> None:
         if not isinstance(client, pulsar.Client):
             raise TypeError(f"client must be a pulsar.Client, got {type(client).__name__}")
@@ -129,10 +129,6 @@ class SharedStateManager(Generic[S, Op]):
                         self.config.compaction_threshold_bytes if compactable else None
                     ),
                 )
-            if checkpointer is not None and self.config.ensure_retention:
-                # zero retention: the keeper subscription holds the newest checkpoint
-                self._admin.ensure_topic(checkpoint_topic(self.topic))
-                self._admin.protect(checkpoint_topic(self.topic), backlog_only=True)
             if snapshots is not None:
                 self._admin.ensure_topic(snapshot_topic(self.topic))
                 if self.config.ensure_retention:
@@ -154,7 +150,9 @@ class SharedStateManager(Generic[S, Op]):
         started = time.monotonic()
         snapshot = self._snapshotter.load() if self._snapshotter is not None else None
         try:
-            self._checkpointer = checkpointer(self.topic) if checkpointer is not None else None
+            self._checkpointer = (
+                checkpointer(self.topic, self._admin) if checkpointer is not None else None
+            )
         except BaseException:
             self._executor.shutdown()
             raise

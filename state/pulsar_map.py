@@ -46,6 +46,7 @@ from typing import Any, Generic, Self, TypeVar, overload
 import pulsar
 
 from pulsar_state import futures
+from pulsar_state.admin import PulsarAdmin
 from pulsar_state.checkpoint import CheckpointPolicy, MapCheckpointer, arrow_available
 from pulsar_state.checkpoint_format import Manifest
 from pulsar_state.config import DEFAULT_COMPACTION_THRESHOLD_BYTES, StateConfig
@@ -93,14 +94,16 @@ class PulsarMap(Generic[K, V]):
         config = (config or StateConfig()).with_default_compaction(
             DEFAULT_COMPACTION_THRESHOLD_BYTES
         )
-        policy = _checkpoint_policy(checkpoints)
+        policy = _checkpoint_policy(checkpoints, config.max_write_bytes)
         codec = self._codec
 
-        def checkpointer(full_topic: str) -> MapCheckpointer:
+        def checkpointer(full_topic: str, admin: PulsarAdmin | None) -> MapCheckpointer:
             assert policy is not None
             return MapCheckpointer(
                 client,
                 full_topic,
+                admin=admin,
+                protect=config.ensure_retention,
                 key_serde=codec.key_serde,
                 value_serde=codec.value_serde,
                 policy=policy,
@@ -640,14 +643,18 @@ class PulsarMap(Generic[K, V]):
         return iter(self.list_keys().result())
 
 
-def _checkpoint_policy(checkpoints: CheckpointPolicy | bool | None) -> CheckpointPolicy | None:
-    """``None``: checkpoints whenever pyarrow is installed; ``True``: insist."""
+def _checkpoint_policy(
+    checkpoints: CheckpointPolicy | bool | None, max_write_bytes: int
+) -> CheckpointPolicy | None:
+    """``None``: checkpoints whenever pyarrow is installed; ``True``: insist.
+    The default policy's chunks fit the map's ``max_write_bytes``."""
     if isinstance(checkpoints, CheckpointPolicy):
         return checkpoints
+    default = CheckpointPolicy(chunk_bytes=min(CheckpointPolicy.chunk_bytes, max_write_bytes))
     if checkpoints is None:
-        return CheckpointPolicy() if arrow_available() else None
+        return default if arrow_available() else None
     if checkpoints is True:
-        return CheckpointPolicy()
+        return default
     if checkpoints is False:
         return None
     raise TypeError(
