@@ -9,12 +9,15 @@ read, latest reads included; an unauthenticated client is refused.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pulsar
 import pytest
@@ -25,6 +28,7 @@ from pulsar_state import PermissionDeniedError, PulsarMap, StateConfig, StateTop
 from pulsar_state.admin import topic_path
 from pulsar_state.deploy.standalone import StandaloneBroker
 from pulsar_state.deploy.token_auth import TokenAuthority
+from pulsar_state.functions.metadata_manager import FunctionMetadataManager
 
 NAMESPACE = "public/default"
 
@@ -195,3 +199,74 @@ def test_the_cli_reads_as_a_consume_only_role(secured: SecuredBroker, seeded: st
     assert "not permitted" in put.stderr
     assert "Traceback" not in put.stderr
     assert _items(secured, seeded) == {"a": 1}
+
+
+def _function_context(
+    client: pulsar.Client, user_config: dict[str, Any], secrets: dict[str, str]
+) -> Any:
+    """What a function instance's runtime context offers the packaged functions, its
+    secrets included (in-process: this broker runs no functions worker)."""
+    return SimpleNamespace(
+        get_user_config_value=user_config.get,
+        get_function_tenant=lambda: "public",
+        get_function_namespace=lambda: "default",
+        get_function_name=lambda: "sec-fn",
+        get_instance_id=lambda: 0,
+        get_pulsar_client=lambda: client,
+        get_secret=secrets.get,
+        get_logger=lambda: logging.getLogger("function"),
+        record_metric=lambda *_: None,
+    )
+
+
+def _create_request(fqn: str) -> str:
+    config = {"className": "x.Y", "inputs": ["persistent://public/default/in"]}
+    return json.dumps({"op": "create", "fqn": fqn, "config": config})
+
+
+def test_a_functions_admin_calls_authenticate_with_its_admin_token_secret(
+    secured: SecuredBroker,
+) -> None:
+    """A packaged function (the metadata manager) on a broker enforcing authentication and
+    authorization: its client is the worker's (a super-user role here), its admin calls
+    carry the function secret ``adminToken`` and nothing else."""
+    client = secured.client("admin")
+    try:
+        topic = unique_topic("sec-fn", NAMESPACE)
+        config = {"adminUrl": secured.admin_url, "metadataTopic": topic}
+        manager = FunctionMetadataManager()
+        try:
+            context = _function_context(
+                client, config, {"adminToken": secured.authority.token("admin")}
+            )
+            answer = json.loads(manager.process(_create_request("public/default/f"), context))
+            assert answer["ok"], answer
+        finally:
+            manager.close()
+        retention = requests.get(
+            f"{secured.admin_url}/admin/v2/{topic_path(topic)}/retention",
+            params={"applied": "false"},
+            headers=secured.headers("admin"),
+            timeout=30,
+        )
+        assert retention.json() == {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}
+
+        fresh = unique_topic("sec-fn-refused", NAMESPACE)
+        for secrets in ({}, {"adminToken": secured.authority.token("reader")}):
+            manager = FunctionMetadataManager()
+            refused = _function_context(
+                client, {"adminUrl": secured.admin_url, "metadataTopic": fresh}, secrets
+            )
+            try:
+                with pytest.raises(PermissionDeniedError, match="not permitted"):
+                    manager.process(_create_request("public/default/g"), refused)
+            finally:
+                manager.close()
+        stats = requests.get(
+            f"{secured.admin_url}/admin/v2/{topic_path(fresh)}/stats",
+            headers=secured.headers("admin"),
+            timeout=30,
+        )
+        assert stats.status_code == 404, stats.text  # a refused open created nothing
+    finally:
+        client.close()
