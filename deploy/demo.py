@@ -50,7 +50,13 @@ def _shared_state_demo(
         pulsar.Client(service_url, logger=client_logger(), **auth.client_kwargs()) for _ in range(2)
     ]
     maps = [
-        PulsarMap[str, int](c, topic, admin_url=admin_url, admin_headers=auth.admin_headers())
+        PulsarMap[str, int](
+            c,
+            topic,
+            admin_url=admin_url,
+            admin_headers=auth.admin_headers(),
+            admin_tls_trust_cert_path=auth.tls_trust_cert_path,
+        )
         for c in clients
     ]
     try:
@@ -127,7 +133,11 @@ def smoke_demo(
     step(f"deploying the smoke function {'/'.join(fqn)} through the admin REST API")
     client = pulsar.Client(service_url, logger=client_logger(), **auth.client_kwargs())
     with DeployedFunction(
-        admin_url=admin_url, fqn=fqn, logs_dir=logs_dir, headers=auth.admin_headers()
+        admin_url=admin_url,
+        fqn=fqn,
+        logs_dir=logs_dir,
+        headers=auth.admin_headers(),
+        verify=auth.requests_verify(),
     ) as function:
         try:
             consumer = client.subscribe(

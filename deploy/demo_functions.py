@@ -71,7 +71,11 @@ def _deploy(
         )
         admin.create_function(fqn=fqn, config=config, code=package)
     function = DeployedFunction(
-        admin_url=admin.admin_url, fqn=fqn, logs_dir=logs_dir, headers=auth.admin_headers()
+        admin_url=admin.admin_url,
+        fqn=fqn,
+        logs_dir=logs_dir,
+        headers=auth.admin_headers(),
+        verify=auth.requests_verify(),
     )
     function.wait_ready(inputs=config["inputs"], instances=int(config["parallelism"]))
     return function
@@ -195,7 +199,11 @@ def functions_demo(
             producer.send(line.encode())
         expected = Counter(w for line in LINES for w in line.split())
         with PulsarMap[str, Any](
-            client, state_topic, admin_url=admin_url, admin_headers=auth.admin_headers()
+            client,
+            state_topic,
+            admin_url=admin_url,
+            admin_headers=auth.admin_headers(),
+            admin_tls_trust_cert_path=auth.tls_trust_cert_path,
         ) as counts:
             wc.wait_for(
                 lambda: counts.get("counter/the", latest=True).result(60) == expected["the"],

@@ -34,6 +34,7 @@ from pulsar_state import ConfigurationError, MetadataStore, PulsarMap, PulsarSta
 from pulsar_state.cluster_auth import ClusterAuth
 from pulsar_state.connectors.sink import SinkRecord, SqlUpsertSink
 from pulsar_state.connectors.sink_runner import run_sink
+from pulsar_state.deploy.demo import _shared_state_demo
 from pulsar_state.deploy.errors import FunctionNotReadyError
 from pulsar_state.deploy.function_ready import DeployedFunction
 from pulsar_state.deploy.functions_deploy import _wait_ready
@@ -474,3 +475,13 @@ def test_querystate_honours_tls_allow_insecure(tls_broker: TlsBroker) -> None:
     got = _insecure_cli(tls_broker, *args, "--tls-allow-insecure")
     assert "CERTIFICATE_VERIFY_FAILED" not in got.stderr, got.stderr
     assert got.returncode == 1 and "Function Worker is not enabled" in got.stderr, got.stderr
+
+
+def test_the_demos_shared_state_step_on_a_tls_cluster(tls_broker: TlsBroker) -> None:
+    """``pulsar-state demo --service-url ... --admin-url https://... --tls-trust-cert-path``:
+    its maps protect their topic through the admin API with the CA it was given (the
+    functions steps need a worker, which this standalone does not run)."""
+    auth = ClusterAuth(tls_trust_cert_path=tls_broker.ca_file)
+    _shared_state_demo(
+        tls_broker.service_url, tls_broker.admin_url, unique_topic("x").rsplit("-", 1)[1], auth
+    )
