@@ -48,6 +48,7 @@ from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 from pulsar_state.deploy.rest_admin import PulsarAdminRest
 from pulsar_state.errors import ConfigurationError
 from pulsar_state.function_secrets import ADMIN_TOKEN_SECRET
+from pulsar_state.function_tls import TLS_TRUST_CERTS
 
 __all__ = [
     "ADMIN_CLIENTS",
@@ -93,7 +94,11 @@ def _load(config_file: str) -> dict[str, Any]:
 
 
 def render_config(
-    config: dict[str, Any], *, admin_url: str, admin_token: str | None = None
+    config: dict[str, Any],
+    *,
+    admin_url: str,
+    admin_token: str | None = None,
+    admin_tls_trust_cert_path: str | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """The config ``deploy`` sends: the shipped one with what the cluster decides filled in.
 
@@ -101,7 +106,9 @@ def render_config(
     is kept; ``userConfig.adminUrl`` is the admin URL the functions reach the
     cluster by (without it the SQL sink refuses every record and the others
     leave their state topics unprotected); ``secrets.adminToken`` (when
-    ``admin_token`` is given) is the token they authenticate those calls with.
+    ``admin_token`` is given) is the token they authenticate those calls with;
+    ``userConfig.tlsTrustCertsFilePath`` (when ``admin_tls_trust_cert_path`` is
+    given: a path on the workers) the CA file they trust for an ``https://`` one.
     """
     if not admin_url.startswith(("http://", "https://")):
         raise ConfigurationError(
@@ -112,6 +119,9 @@ def render_config(
     if not user.get("adminUrl"):
         user["adminUrl"] = admin_url
         filled.append(f"userConfig.adminUrl={admin_url}")
+    if admin_tls_trust_cert_path and not user.get(TLS_TRUST_CERTS):
+        user[TLS_TRUST_CERTS] = admin_tls_trust_cert_path
+        filled.append(f"userConfig.{TLS_TRUST_CERTS}={admin_tls_trust_cert_path}")
     rendered = {**config, "userConfig": user}
     secrets = dict(config.get("secrets") or {})
     if admin_token and not secrets.get(ADMIN_TOKEN_SECRET):
@@ -258,6 +268,7 @@ def deploy_functions(
     code: str = "zip",
     function_admin_url: str | None = None,
     function_auth_token: str | None = None,
+    function_tls_trust_cert_path: str | None = None,
     wait_s: float = 300.0,
     python_version: str | None = None,
     platform: str | None = None,
@@ -268,7 +279,8 @@ def deploy_functions(
     ``code``: ``zip`` (a self-contained package each, see :func:`build_packages`)
     or ``entry`` (only the entry file). Each config is filled in
     (:func:`render_config`) with ``function_admin_url`` (default ``admin_url``)
-    and ``function_auth_token`` (default ``auth``'s token). Then, unless
+    and ``function_auth_token`` (default ``auth``'s token), and
+    ``function_tls_trust_cert_path`` (no default: a path on the workers). Then, unless
     ``wait_s`` is 0, waits until every function runs and is subscribed to its
     inputs. ``echo`` is told each step. Raises PulsarStateError (a failed
     admin call, a function not ready in time) or ConfigurationError.
@@ -290,6 +302,7 @@ def deploy_functions(
                     _load(config_file),
                     admin_url=function_admin_url or admin_url,
                     admin_token=function_auth_token or auth.token(),
+                    admin_tls_trust_cert_path=function_tls_trust_cert_path,
                 )
                 fqn = (config["tenant"], config["namespace"], config["name"])
                 path = Path(tmp) / config_file  # what is sent: the shipped file, filled in

@@ -94,6 +94,13 @@ def package(out_dir: Path, python_version: str | None, platform: str | None) -> 
     "config's secrets leave it unset (default: the token deploy uses, if any).",
 )
 @click.option(
+    "--function-tls-trust-cert-path",
+    envvar="PULSAR_STATE_FUNCTION_TLS_TRUST_CERT_PATH",
+    help="The CA file, on the workers, that the functions' admin calls trust for an "
+    "https admin URL (their userConfig.tlsTrustCertsFilePath), where a config leaves "
+    "it unset (env PULSAR_STATE_FUNCTION_TLS_TRUST_CERT_PATH).",
+)
+@click.option(
     "--wait-s",
     type=click.FloatRange(min=0),
     default=300.0,
@@ -108,6 +115,7 @@ def deploy(
     code: str,
     function_admin_url: str | None,
     function_auth_token: str | None,
+    function_tls_trust_cert_path: str | None,
     wait_s: float,
     python_version: str | None,
     platform: str | None,
@@ -121,6 +129,7 @@ def deploy(
         code=code,
         function_admin_url=function_admin_url,
         function_auth_token=function_auth_token,
+        function_tls_trust_cert_path=function_tls_trust_cert_path,
         wait_s=wait_s,
         python_version=python_version,
         platform=platform,
