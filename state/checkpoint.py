@@ -62,7 +62,7 @@ from pulsar_state.errors import (
     TopicNotFoundError,
 )
 from pulsar_state.position import Position
-from pulsar_state.serde import BytesSerde, KeySerde, Serde, StrKeySerde
+from pulsar_state.serde import BytesSerde, JsonSerde, KeySerde, Serde, StrKeySerde, StrSerde
 from pulsar_state.topic_names import checkpoint_topic
 
 __all__ = [
@@ -104,12 +104,16 @@ class CheckpointPolicy:
             ``None``.
         min_keys: maps smaller than this are not checkpointed (their topic
             is read fast anyway).
+        min_interval_s: at least this long between two automatic checkpoints
+            (or after a failed one), whatever the ops: a checkpoint costs
+            serializing the whole map.
     """
 
     every_ops: int = 100_000
     chunk_bytes: int = 2 * 1024 * 1024
     compression: str | None = "lz4"
     min_keys: int = 1000
+    min_interval_s: float = 60.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.every_ops, int) or self.every_ops < 1:
@@ -124,6 +128,10 @@ class CheckpointPolicy:
             )
         if not isinstance(self.min_keys, int) or self.min_keys < 0:
             raise ConfigurationError(f"min_keys must be an int >= 0, got {self.min_keys!r}")
+        if not isinstance(self.min_interval_s, int | float) or self.min_interval_s < 0:
+            raise ConfigurationError(
+                f"min_interval_s must be a number >= 0, got {self.min_interval_s!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -307,8 +315,10 @@ class MapCheckpointer:
         self._closed = False
         #: where the newest complete manifest known here is (chunks point back to it)
         self._previous: Position | None = None
-        #: the applied-ops count at the last checkpoint taken here
+        #: the applied-ops count at the last checkpoint written here
         self.taken_at_ops = 0
+        #: when the last automatic attempt started (monotonic), ok or not
+        self._attempted_at = -float("inf")
         self.written = 0
         self.last: Manifest | None = None
 
@@ -330,7 +340,10 @@ class MapCheckpointer:
                 return None
         except pulsar.TopicNotFound:  # no checkpoint yet (and no topic auto-creation)
             return None
-        except (pulsar.PulsarException, PulsarStateError, ValueError, TypeError) as exc:
+        except (pulsar.AuthorizationError, pulsar.AuthenticationError) as exc:
+            log.info("not permitted to read the checkpoints of %s (%s)", self.state_topic, exc)
+            return None
+        except Exception as exc:  # a checkpoint is only a shortcut: replay instead
             _bad(self.state_topic, f"{type(exc).__name__}: {exc}")
             return None
         try:
@@ -347,7 +360,7 @@ class MapCheckpointer:
                 self._key_serde,
                 self._value_serde,
             )
-        except (pulsar.PulsarException, PulsarStateError, ValueError, TypeError) as exc:
+        except Exception as exc:  # incl. what a user's serde raises on a bad value
             _bad(self.state_topic, f"{type(exc).__name__}: {exc}")
             return None
         if len(state) != manifest.rows:
@@ -372,12 +385,13 @@ class MapCheckpointer:
         return running is not None and not running.done()
 
     def due(self, applied_ops: int, keys: int) -> bool:
-        """Whether the holder should take a checkpoint now."""
+        """Whether the holder should take a checkpoint now (cheap: no lock needed)."""
         return (
             not self._closed
             and not self.busy
             and keys >= self.policy.min_keys
             and applied_ops - self.taken_at_ops >= self.policy.every_ops
+            and time.monotonic() - self._attempted_at >= self.policy.min_interval_s
         )
 
     def take(
@@ -392,17 +406,24 @@ class MapCheckpointer:
 
         Only a shallow copy is made here (values are never changed in place);
         serializing and publishing run on a thread of their own. At most one
-        checkpoint runs at a time: while one does, this returns its future.
+        checkpoint runs at a time: the caller checks :attr:`busy` first (a
+        busy checkpointer raises).
         """
         with self._lock:
             if self._running is not None and not self._running.done():
-                return self._running
+                raise CheckpointError("a checkpoint is already being written")
             result: Future[Manifest] = Future()
             if self._closed:
                 futures.set_exception(result, CheckpointError("the checkpointer is closed"))
                 return result
             self._running = result
-            self.taken_at_ops = applied_ops
+            self._attempted_at = time.monotonic()
+
+        def written(done: Future[Manifest]) -> None:
+            if done.exception() is None:
+                self.taken_at_ops = max(self.taken_at_ops, applied_ops)
+
+        result.add_done_callback(written)
         result.add_done_callback(self._log_failure)
         items = dict(state)
         stale = dict(stale_keys)
@@ -421,7 +442,24 @@ class MapCheckpointer:
         if exc is not None:  # a shortcut: never fatal, the next one may succeed
             log.warning("checkpoint of %s failed: %s", self.state_topic, exc)
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    @property
+    def running(self) -> Future[Manifest] | None:
+        """The checkpoint being written, if any."""
+        running = self._running
+        return running if running is not None and not running.done() else None
+
+    def _value_format(self) -> str:
+        kind = type(self._value_serde)
+        return {JsonSerde: "json", StrSerde: "string", BytesSerde: "binary"}.get(kind, "custom")
+
     def _ensure_producer(self) -> pulsar.Producer:
+        if self._closed:
+            raise CheckpointError("the map closed during its checkpoint")
         if self._producer is None:
             if self._admin is not None and self._protect:
                 # zero retention: only the keeper subscription's backlog is kept
@@ -437,13 +475,19 @@ class MapCheckpointer:
                 receiver_queue_size=1,
             )
             keeper.close()
-            self._producer = self._client.create_producer(
+            producer = self._client.create_producer(
                 self.topic,
                 batching_enabled=False,
                 send_timeout_millis=int(self._timeout_s * 1000),
                 block_if_queue_full=True,
-                max_pending_messages=64,
+                max_pending_messages=8,  # at most ~8 chunks' bytes in flight
             )
+            with self._lock:
+                if self.closed:  # closed meanwhile: close() did not see this one
+                    with contextlib.suppress(pulsar.PulsarException):
+                        producer.close()
+                    raise CheckpointError("the map closed during its checkpoint")
+                self._producer = producer
         return self._producer
 
     def _write(
@@ -489,7 +533,10 @@ class MapCheckpointer:
             chunks=chunks,
             stale_keys=stale,
             taken_ms=taken_ms,
+            value_format=self._value_format(),
         )
+        if self._closed:
+            raise CheckpointError("the map closed during its checkpoint")
         landed = Position.from_message_id(
             producer.send(manifest.to_json(), properties=manifest_properties(checkpoint_id))
         )
@@ -549,7 +596,8 @@ class MapCheckpointer:
         if running is not None:
             with contextlib.suppress(Exception):
                 running.result(timeout_s)
-        if self._producer is not None:
+        with self._lock:
+            producer, self._producer = self._producer, None
+        if producer is not None:
             with contextlib.suppress(pulsar.PulsarException):
-                self._producer.close()
-            self._producer = None
+                producer.close()

@@ -85,6 +85,9 @@ class Manifest:
     stale_keys: dict[str, Position] = field(default_factory=dict)
     #: wall-clock milliseconds when the map was taken
     taken_ms: int = 0
+    #: how the writer serialized values: ``json``, ``string``, ``binary`` (its
+    #: serde guarantees valid JSON, UTF-8, any bytes) or ``custom``
+    value_format: str = "custom"
 
     def to_json(self) -> bytes:
         """The manifest's payload.
@@ -102,6 +105,7 @@ class Manifest:
                 "chunks": [str(c) for c in self.chunks],
                 "stale_keys": {k: str(v) for k, v in self.stale_keys.items()},
                 "taken_ms": self.taken_ms,
+                "value_format": self.value_format,
             },
             separators=(",", ":"),
         ).encode()
@@ -135,6 +139,7 @@ class Manifest:
                     str(k): Position.parse(v) for k, v in dict(raw.get("stale_keys", {})).items()
                 },
                 taken_ms=int(raw.get("taken_ms", 0)),
+                value_format=str(raw.get("value_format", "custom")),
             )
         except (ValueError, TypeError, KeyError, AttributeError) as exc:  # -> CheckpointError
             raise CheckpointError(f"not a checkpoint manifest: {exc}") from exc
@@ -173,7 +178,7 @@ def encode_chunks(
         return bytes(sink.getvalue())
 
     for key, value in rows:
-        row = len(key) + len(value) + _ROW_OVERHEAD
+        row = len(key.encode()) + len(value) + _ROW_OVERHEAD  # bytes, not characters
         if keys and size + row > chunk_bytes:
             yield encode(), len(keys)
             keys, values, size = [], [], 0
@@ -193,10 +198,12 @@ def decode_chunk(payload: bytes) -> Any:
     pa = _arrow()
     try:
         table = pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
-    except (pa.ArrowInvalid, pa.ArrowIOError, pa.ArrowTypeError) as exc:
+    except pa.ArrowException as exc:
         raise CheckpointError(f"not a checkpoint chunk: {exc}") from exc
-    if table.schema.names != ["key", "value"] or not pa.types.is_string(
-        table.schema.field("key").type
+    if (
+        table.schema.names != ["key", "value"]
+        or not pa.types.is_string(table.schema.field("key").type)
+        or not pa.types.is_binary(table.schema.field("value").type)
     ):
         raise CheckpointError(f"a checkpoint chunk with schema {table.schema}")
     return table

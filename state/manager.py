@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -64,6 +65,7 @@ class SharedStateManager(Generic[S, Op]):
         admin_url: str | None = None,
         admin_headers: dict[str, str] | None = None,
         admin_tls_trust_cert_path: str | None = None,
+        admin_tls_allow_insecure: bool = False,
     ) -> SharedStateManagerBuilder[Any, Any]:
         """PIP-137's builder for a manager on ``topic``: ``builder(...).with_...().build()``.
 
@@ -77,6 +79,7 @@ class SharedStateManager(Generic[S, Op]):
             admin_url=admin_url,
             admin_headers=admin_headers,
             admin_tls_trust_cert_path=admin_tls_trust_cert_path,
+            admin_tls_allow_insecure=admin_tls_allow_insecure,
         )
 
     def __init__(
@@ -91,6 +94,7 @@ class SharedStateManager(Generic[S, Op]):
         admin_url: str | None = None,
         admin_headers: dict[str, str] | None = None,
         admin_tls_trust_cert_path: str | None = None,
+        admin_tls_allow_insecure: bool = False,
         compactable: bool = False,
         snapshots: SnapshotPolicy[S] | None = None,
         checkpointer: Callable[[str, PulsarAdmin | None], MapCheckpointer] | None = None,
@@ -109,7 +113,9 @@ class SharedStateManager(Generic[S, Op]):
                 headers=admin_headers,
                 timeout_s=min(10.0, self.config.operation_timeout_s),
                 retry_s=self.config.operation_timeout_s,
-                verify=tls_verify(admin_tls_trust_cert_path),
+                verify=tls_verify(
+                    admin_tls_trust_cert_path, allow_insecure=admin_tls_allow_insecure
+                ),
             )
             if admin_url
             else None
@@ -371,9 +377,10 @@ class SharedStateManager(Generic[S, Op]):
     def checkpoint(self) -> Future[Manifest]:
         """Write a checkpoint of the state now (see :mod:`pulsar_state.checkpoint`).
 
-        The state is taken at once, under the state lock; serializing and
-        publishing it run on a thread of their own. While one runs, its future
-        is returned.
+        The state is taken under the state lock; serializing and publishing it
+        run on a thread of their own. While an automatic one is being written,
+        a new one is taken as soon as it ends: the checkpoint returned always
+        covers every write acknowledged before the call.
 
         Returns:
             A future of the checkpoint's :class:`~pulsar_state.checkpoint_format.Manifest`.
@@ -386,17 +393,33 @@ class SharedStateManager(Generic[S, Op]):
                 could not be published (the map is unaffected).
         """
         self.check_process()
-        if self._checkpointer is None:
+        checkpointer = self._checkpointer
+        if checkpointer is None:
             raise ConfigurationError(f"the state of {self.topic} keeps no checkpoints")
         tailer = self._tailer
         with tailer.lock:
-            return self._checkpointer.take(
-                tailer.state,  # type: ignore[arg-type]
-                tailer.applied,
-                tailer.epoch,
-                tailer.stale_keys,
-                tailer.applied_ops,
-            )
+            if checkpointer.running is None:
+                return checkpointer.take(
+                    tailer.state,  # type: ignore[arg-type]
+                    tailer.applied,
+                    tailer.epoch,
+                    tailer.stale_keys,
+                    tailer.applied_ops,
+                )
+            running = checkpointer.running
+        result: Future[Manifest] = Future()
+
+        def after_running(_done: Future[Manifest]) -> None:
+            # the running one may predate this call: take a fresh one
+            futures.run_into(result, lambda: self.checkpoint().result())
+
+        assert running is not None
+        running.add_done_callback(
+            lambda done: threading.Thread(
+                target=after_running, args=(done,), name="pss-checkpoint-next", daemon=True
+            ).start()
+        )
+        return result
 
     def _maybe_checkpoint(self) -> None:
         """After each publish (writer thread): a checkpoint when one is due."""
@@ -404,6 +427,9 @@ class SharedStateManager(Generic[S, Op]):
         if checkpointer is None:
             return
         tailer = self._tailer
+        # unlocked first (ints, a racy read is harmless): most publishes stop here
+        if not checkpointer.due(tailer.applied_ops, len(tailer.state)):  # type: ignore[arg-type]
+            return
         with tailer.lock:
             if checkpointer.due(tailer.applied_ops, len(tailer.state)):  # type: ignore[arg-type]
                 checkpointer.take(
@@ -514,12 +540,14 @@ class SharedStateManagerBuilder(Generic[S, Op]):
         admin_url: str | None,
         admin_headers: dict[str, str] | None,
         admin_tls_trust_cert_path: str | None = None,
+        admin_tls_allow_insecure: bool = False,
     ) -> None:
         self._client = client
         self._topic = topic
         self._admin_url = admin_url
         self._admin_headers = admin_headers
         self._admin_tls_trust_cert_path = admin_tls_trust_cert_path
+        self._admin_tls_allow_insecure = admin_tls_allow_insecure
         self._serializer: Callable[[Op], bytes] | None = None
         self._deserializer: Callable[[bytes], Op] | None = None
         self._codec: OpCodec[Op] | None = None
@@ -630,6 +658,7 @@ class SharedStateManagerBuilder(Generic[S, Op]):
             admin_url=self._admin_url,
             admin_headers=self._admin_headers,
             admin_tls_trust_cert_path=self._admin_tls_trust_cert_path,
+            admin_tls_allow_insecure=self._admin_tls_allow_insecure,
             compactable=self._compactable,
             snapshots=self._snapshots,
         )

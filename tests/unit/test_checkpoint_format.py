@@ -114,3 +114,26 @@ def test_policy_checks() -> None:
     with pytest.raises(ConfigurationError, match="min_keys"):
         CheckpointPolicy(min_keys=-1)
     assert CheckpointPolicy().compression == "lz4"
+
+
+def test_chunks_are_sized_in_bytes_not_characters() -> None:
+    """Keys of 3-byte characters: sized by characters, a chunk came out ~2x over."""
+    rows = [("字" * 100 + str(i), b"v") for i in range(200)]
+    for payload, _ in encode_chunks(iter(rows), chunk_bytes=4096, compression=None):
+        table = decode_chunk(payload)
+        size = sum(
+            len(k.encode()) + len(v) + 8
+            for k, v in zip(
+                table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True
+            )
+        )
+        assert size <= 4096
+
+
+def test_a_chunk_whose_values_are_not_binary_is_refused() -> None:
+    schema = pa.schema([("key", pa.string()), ("value", pa.string())])
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_batch(pa.record_batch([pa.array(["k"]), pa.array(["v"])], schema=schema))
+    with pytest.raises(CheckpointError, match="schema"):
+        decode_chunk(bytes(sink.getvalue()))
