@@ -376,7 +376,7 @@ class SinkFunction(Function):  # type: ignore[misc]
                             metadata_topic,
                             admin_url=config.get("adminUrl"),
                             admin_headers=function_admin_headers(context),
-                            admin_tls_trust_cert_path=map_admin_tls(config.get),
+                            **map_admin_tls(config.get),
                         )
                         self.config_version = record_metadata(
                             records,

@@ -148,6 +148,8 @@ class GroupSettings:
     admin_headers: dict[str, str] | None = field(default=None, repr=False, compare=False)
     #: the CA bundle of an https admin API (``ClusterAuth.tls_trust_cert_path``), set by the runner
     admin_tls_trust_cert_path: str | None = field(default=None, compare=False)
+    #: accept any admin certificate (``ClusterAuth.tls_allow_insecure``), set by the runner
+    admin_tls_allow_insecure: bool = field(default=False, compare=False)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> GroupSettings | None:
@@ -346,6 +348,7 @@ class SinkGroup:
                 admin_url=s.admin_url,
                 admin_headers=s.admin_headers,
                 admin_tls_trust_cert_path=s.admin_tls_trust_cert_path,
+                admin_tls_allow_insecure=s.admin_tls_allow_insecure,
                 session_timeout_s=s.session_timeout_s,
                 session_check_interval_s=s.session_check_interval_s,
             )
@@ -355,6 +358,7 @@ class SinkGroup:
                 admin_url=s.admin_url,
                 admin_headers=s.admin_headers,
                 admin_tls_trust_cert_path=s.admin_tls_trust_cert_path,
+                admin_tls_allow_insecure=s.admin_tls_allow_insecure,
             )
             foreign = [
                 k

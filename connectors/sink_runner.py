@@ -152,7 +152,10 @@ def run_sink(
     group = GroupSettings.from_config(config)  # validated before connecting
     if group is not None:
         group = dataclasses.replace(
-            group, admin_headers=headers, admin_tls_trust_cert_path=auth.tls_trust_cert_path
+            group,
+            admin_headers=headers,
+            admin_tls_trust_cert_path=auth.tls_trust_cert_path,
+            admin_tls_allow_insecure=auth.tls_allow_insecure,
         )
     stop = stop or threading.Event()
     health = health or SinkHealth()
@@ -175,6 +178,7 @@ def run_sink(
                 admin_url=config.get("adminUrl"),
                 admin_headers=headers,
                 admin_tls_trust_cert_path=auth.tls_trust_cert_path,
+                admin_tls_allow_insecure=auth.tls_allow_insecure,
             ) as records:
                 version = record_metadata(
                     records,

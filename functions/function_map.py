@@ -51,13 +51,13 @@ def open_function_map(
     Raises:
         ConfigurationError: a TLS setting is wrong (checked before anything connects).
     """
-    trust = map_admin_tls(context.get_user_config_value)
+    tls = map_admin_tls(context.get_user_config_value)
     admin_url = context.get_user_config_value(ADMIN_URL)
     return PulsarMap(
         context.get_pulsar_client(),
         function_topic(context, key, default_name),
         admin_url=admin_url,
         admin_headers=admin_headers,
-        admin_tls_trust_cert_path=trust,
+        **tls,
         config=StateConfig(ensure_retention=admin_url is not None),
     )

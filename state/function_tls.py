@@ -64,18 +64,18 @@ def admin_tls(config_value: Callable[[str], Any]) -> AdminTls:
     return AdminTls(trust_cert_path=trust, allow_insecure=insecure)
 
 
-def map_admin_tls(config_value: Callable[[str], Any]) -> str | None:
-    """The trust file a function's ``PulsarMap`` gets (:func:`admin_tls`).
+def map_admin_tls(config_value: Callable[[str], Any]) -> dict[str, Any]:
+    """The TLS keyword arguments a function's ``PulsarMap`` gets (:func:`admin_tls`):
+    ``admin_tls_trust_cert_path`` and ``admin_tls_allow_insecure``.
+
+    Returns:
+        ``PulsarMap``/``MetadataStore`` keyword arguments.
 
     Raises:
-        ConfigurationError: as :func:`admin_tls`, or for ``tlsAllowInsecureConnection:
-            true``, which the state core's admin client does not take yet.
+        ConfigurationError: as :func:`admin_tls`.
     """
     tls = admin_tls(config_value)
-    if tls.allow_insecure:
-        raise ConfigurationError(
-            f"user config {TLS_ALLOW_INSECURE}: true is not supported for the function's "
-            f"state (its admin client checks certificates): give {TLS_TRUST_CERTS}, the PEM "
-            "file of the CA that signs the admin API's certificate"
-        )
-    return tls.trust_cert_path
+    return {
+        "admin_tls_trust_cert_path": tls.trust_cert_path,
+        "admin_tls_allow_insecure": tls.allow_insecure,
+    }

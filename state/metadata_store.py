@@ -96,6 +96,7 @@ class MetadataStore(BaseMetadataStore):
         admin_url: str,
         admin_headers: dict[str, str] | None = None,
         admin_tls_trust_cert_path: str | None = None,
+        admin_tls_allow_insecure: bool = False,
         config: StateConfig | None = None,
         session_timeout_s: float = 10.0,
         session_check_interval_s: float = 1.0,
@@ -122,6 +123,7 @@ class MetadataStore(BaseMetadataStore):
             admin_url=admin_url,
             admin_headers=admin_headers,
             admin_tls_trust_cert_path=admin_tls_trust_cert_path,
+            admin_tls_allow_insecure=admin_tls_allow_insecure,
             compactable=True,
         )
         self._pending.clear()  # bootstrap's changes are history, not news

@@ -79,6 +79,7 @@ class PulsarMap(Generic[K, V]):
         admin_url: str | None = None,
         admin_headers: dict[str, str] | None = None,
         admin_tls_trust_cert_path: str | None = None,
+        admin_tls_allow_insecure: bool = False,
         key_serde: KeySerde[K] | None = None,
         value_serde: Serde[V] | None = None,
         config: StateConfig | None = None,
@@ -121,6 +122,7 @@ class PulsarMap(Generic[K, V]):
             admin_url=admin_url,
             admin_headers=admin_headers,
             admin_tls_trust_cert_path=admin_tls_trust_cert_path,
+            admin_tls_allow_insecure=admin_tls_allow_insecure,
             compactable=True,
             checkpointer=checkpointer if policy is not None else None,
         )

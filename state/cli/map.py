@@ -77,6 +77,7 @@ def _open_map(ctx: click.Context, topic: str | None = None) -> Iterator[PulsarMa
             admin_url=opts["admin_url"],
             admin_headers=auth.admin_headers(),
             admin_tls_trust_cert_path=auth.tls_trust_cert_path,
+            admin_tls_allow_insecure=auth.tls_allow_insecure,
             config=StateConfig(operation_timeout_s=opts["timeout"]),
         ) as m,
     ):

@@ -70,6 +70,7 @@ def _open_store(ctx: click.Context) -> Iterator[MetadataStore]:
             admin_url=opts["admin_url"],
             admin_headers=auth.admin_headers(),
             admin_tls_trust_cert_path=auth.tls_trust_cert_path,
+            admin_tls_allow_insecure=auth.tls_allow_insecure,
             config=StateConfig(operation_timeout_s=opts["timeout"]),
         ) as store,
     ):

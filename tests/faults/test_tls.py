@@ -403,6 +403,46 @@ def test_tls_allow_insecure_reaches_the_cli_admin_calls(tls_broker: TlsBroker) -
     assert "InsecureRequestWarning" not in got.stderr
 
 
+def test_tls_allow_insecure_reaches_the_cores_writes(tls_broker: TlsBroker) -> None:
+    """map put/delete and meta open a PulsarMap / MetadataStore, whose admin client
+    takes the flag too (it refused the certificate before)."""
+    topic = unique_topic("tls-insecure-put")
+    for args in (("put", "k", "8"), ("delete", "k"), ("put", "k", "9")):
+        done = _insecure_cli(tls_broker, "map", "--topic", topic, "--tls-allow-insecure", *args)
+        assert done.returncode == 0, done.stderr
+        assert "InsecureRequestWarning" not in done.stderr
+    got = _cli(tls_broker, "map", "--topic", topic, "get", "k")  # checked with the CA
+    assert (got.returncode, got.stdout.strip()) == (0, "9"), got.stderr
+    meta = unique_topic("tls-insecure-meta")
+    done = _insecure_cli(
+        tls_broker, "meta", "--topic", meta, "--tls-allow-insecure", "put", "/a", "x"
+    )
+    assert done.returncode == 0, done.stderr
+    refused = _insecure_cli(tls_broker, "meta", "--topic", meta, "put", "/b", "x")
+    assert refused.returncode == 1 and "certificate" in refused.stderr.lower(), refused.stderr
+
+
+def test_a_packaged_function_with_tls_allow_insecure_opens_its_state(
+    tls_broker: TlsBroker,
+) -> None:
+    client = tls_broker.client()
+    manager = FunctionMetadataManager()
+    try:
+        context = _function_context(
+            client,
+            {
+                "adminUrl": tls_broker.admin_url,
+                "tlsAllowInsecureConnection": "true",
+                "metadataTopic": unique_topic("tls-fn-insecure"),
+            },
+        )
+        answer = json.loads(manager.process(_create_request("public/default/tls-fn2"), context))
+        assert answer["ok"], answer
+    finally:
+        manager.close()
+        client.close()
+
+
 def test_a_sink_runner_group_opens_its_topics_over_tls(
     tls_broker: TlsBroker, tmp_path: Path
 ) -> None:

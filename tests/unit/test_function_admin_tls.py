@@ -26,7 +26,10 @@ def test_a_trust_file_is_taken_and_a_missing_one_is_refused(tmp_path: Path) -> N
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
     assert admin_tls({"tlsTrustCertsFilePath": str(ca)}.get).trust_cert_path == str(ca)
-    assert map_admin_tls({"tlsTrustCertsFilePath": str(ca)}.get) == str(ca)
+    assert map_admin_tls({"tlsTrustCertsFilePath": str(ca)}.get) == {
+        "admin_tls_trust_cert_path": str(ca),
+        "admin_tls_allow_insecure": False,
+    }
     for bad in (str(tmp_path / "nope.pem"), str(tmp_path), 42):
         with pytest.raises(ConfigurationError, match="tlsTrustCertsFilePath"):
             admin_tls({"tlsTrustCertsFilePath": bad}.get)
@@ -46,6 +49,8 @@ def test_allow_insecure_refuses_anything_else(value: Any) -> None:
         admin_tls({"tlsAllowInsecureConnection": value}.get)
 
 
-def test_a_functions_map_refuses_insecure_until_the_core_takes_it() -> None:
-    with pytest.raises(ConfigurationError, match="give tlsTrustCertsFilePath"):
-        map_admin_tls({"tlsAllowInsecureConnection": True}.get)
+def test_a_functions_map_gets_the_insecure_flag() -> None:
+    assert map_admin_tls({"tlsAllowInsecureConnection": True}.get) == {
+        "admin_tls_trust_cert_path": None,
+        "admin_tls_allow_insecure": True,
+    }
