@@ -35,7 +35,6 @@ from pulsar_state.checkpoint_format import Manifest
 from pulsar_state.connectors.spark_options import SourceOptions
 from pulsar_state.connectors.spark_ranges import replay_changes
 from pulsar_state.connectors.spark_rows import arrow_batches
-from pulsar_state.errors import PulsarStateError
 from pulsar_state.pulsar_map import MapOp
 from pulsar_state.replay import AppliedWrite
 
@@ -78,10 +77,12 @@ def plan_from_checkpoint(
 ) -> list[InputPartition] | None:
     """The snapshot's partitions from the newest usable checkpoint, or ``None``
     (no checkpoint, or one that does not belong to the topic: replay instead)."""
-    if opts.include_metadata or not opts.use_checkpoint or not opts.has_checkpoints():
+    if opts.include_metadata or not opts.use_checkpoint:
         return None
     client = opts.client()
     try:
+        if not opts.has_checkpoints():
+            return None
         found = find_manifest(client, opts.topic, opts.timeout_ms)
         if found is None:
             return None
@@ -93,8 +94,13 @@ def plan_from_checkpoint(
                 opts.topic,
             )
             return None
-    except PulsarStateError as exc:
-        log.warning("pulsar_state: not using the checkpoint of %s: %s", opts.topic, exc)
+    except Exception as exc:  # a checkpoint is only a shortcut: replay the topic
+        log.warning(
+            "pulsar_state: not using the checkpoint of %s (%s: %s); replaying the topic",
+            opts.topic,
+            type(exc).__name__,
+            exc,
+        )
         return None
     finally:
         client.close()
@@ -174,11 +180,53 @@ def read_checkpoint_partition(
                 table = table.filter(pc.is_in(table.column("key"), value_set=keep_only))
             if table.num_rows == 0:
                 continue
-            values = table.column("value")
-            if value_type != pa.binary():
-                values = values.cast(pa.string())  # checks UTF-8, as decode() would
-            yield from pa.Table.from_arrays(
-                [table.column("key"), values], schema=out_schema
-            ).to_batches()
+            keys, values = _values_as(opts, manifest, table)
+            yield from pa.Table.from_arrays([keys, values], schema=out_schema).to_batches()
     finally:
         client.close()
+
+
+#: the reads whose values the writer's serde already guarantees valid: JSON is
+#: UTF-8 text; a string serde wrote UTF-8
+_TRUSTED = {
+    "binary": ("binary", "json", "string", "custom"),
+    "string": ("json", "string"),
+    "json": ("json",),
+}
+
+
+def _values_as(opts: SourceOptions, manifest: Manifest, table: pa.Table) -> tuple[Any, Any]:
+    """The key and value columns in the read's ``valueFormat``.
+
+    When the writer's serde guarantees the format (``manifest.value_format``), a
+    column-at-a-time cast; otherwise each value is decoded as the topic replay
+    decodes it, and a row whose value does not decode is dropped and counted in
+    the log (the replay skips such a write; a checkpoint keeps only final values).
+    """
+    keys, values = table.column("key"), table.column("value")
+    if manifest.value_format in _TRUSTED[opts.value_format]:
+        if opts.value_format != "binary":
+            values = values.cast(pa.string())
+        return keys, values
+    serde = opts.codec().value_serde
+    kept_keys: list[str] = []
+    kept: list[str] = []
+    dropped = 0
+    for key, payload in zip(keys.to_pylist(), values.to_pylist(), strict=True):
+        try:
+            serde.deserialize(payload)
+            text = payload.decode()
+        except Exception:  # the topic replay counts and skips such a write
+            dropped += 1
+            continue
+        kept_keys.append(key)
+        kept.append(text)
+    if dropped:
+        log.warning(
+            "pulsar_state: %d values in checkpoint %s of %s are not %s; their rows are left out",
+            dropped,
+            manifest.id,
+            opts.topic,
+            opts.value_format,
+        )
+    return pa.array(kept_keys, type=pa.string()), pa.array(kept, type=pa.string())

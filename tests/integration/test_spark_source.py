@@ -600,3 +600,53 @@ def test_snapshot_reads_the_checkpoint_chunks_in_parallel_plus_the_tail(
     # with metadata columns the topic is replayed (a checkpoint has no positions)
     with_meta = _read(spark, ep, topic, includeMetadata="true").collect()
     assert {r.key: json.loads(r.value) for r in with_meta} == expected
+
+
+def test_checkpoint_values_the_read_format_refuses_are_left_out_as_the_topic_read_does(
+    spark: SparkSession, pulsar_endpoint: PulsarEndpoint, make_client: ClientFactory
+) -> None:
+    """A map of raw bytes read as string or json: values that do not decode are left
+    out from a checkpoint as from the topic (the checkpoint read returned non-JSON
+    rows and failed the job on bad UTF-8 until fixed)."""
+    from pulsar_state import BytesSerde, CheckpointPolicy  # noqa: PLC0415
+
+    ep = pulsar_endpoint
+    topic = unique_topic("spark-ckpt-bytes")
+    policy = CheckpointPolicy(every_ops=10**9, min_keys=0)
+    with PulsarMap[str, bytes](
+        make_client(), topic, admin_url=ep.admin_url, value_serde=BytesSerde(), checkpoints=policy
+    ) as m:
+        for key, value in (("bad-utf8", b"\xff"), ("text", b"not json"), ("json", b'"ok"')):
+            m.put(key, value).result()
+        m.checkpoint().result(timeout=60)
+    for value_format, keys in (("string", {"text", "json"}), ("json", {"json"})):
+        rows = {
+            mode: {
+                r.key: r.value
+                for r in _read(
+                    spark, ep, topic, valueFormat=value_format, checkpoint=mode
+                ).collect()
+            }
+            for mode in ("true", "false")
+        }
+        assert set(rows["false"]) == keys, value_format
+        assert rows["true"] == rows["false"], value_format
+
+
+def test_a_broken_checkpoint_falls_back_to_the_topic(
+    spark: SparkSession,
+    pulsar_endpoint: PulsarEndpoint,
+    make_client: ClientFactory,
+    filled_map: tuple[str, dict[str, Any]],
+) -> None:
+    from pulsar_state.checkpoint_format import chunk_properties, encode_chunks  # noqa: PLC0415
+    from pulsar_state.topic_names import checkpoint_topic  # noqa: PLC0415
+
+    topic, expected = filled_map
+    producer = make_client().create_producer(checkpoint_topic(topic), batching_enabled=False)
+    ((orphan, _),) = encode_chunks([("ghost", b"1")], chunk_bytes=4096, compression=None)
+    props = chunk_properties("dead", 0, None)
+    props["pss.cp.prev"] = "junk"
+    producer.send(orphan, properties=props)
+    producer.close()
+    assert _as_dict(_read(spark, pulsar_endpoint, topic)) == expected
