@@ -151,6 +151,23 @@ class PulsarEndpoint:
         return requests.request(method, f"{self.admin_url}{path}", timeout=30, **kwargs)
 
 
+def compact_topic(admin_url: str, topic: str, *, timeout_s: float = 90.0) -> None:
+    """Compact ``topic`` through the admin API and wait until compaction succeeded."""
+    from pulsar_state.admin import PulsarAdmin  # noqa: PLC0415 - harness imports stay light
+
+    admin = PulsarAdmin(admin_url)
+    try:
+        admin.compact(topic)
+        wait_until(
+            lambda: admin.compaction_status(topic) == "SUCCESS",
+            timeout_s=timeout_s,
+            interval_s=0.5,
+            message=f"compaction of {topic} finished",
+        )
+    finally:
+        admin.close()
+
+
 def _docker_answers() -> bool:
     try:
         docker.from_env(timeout=3).ping()

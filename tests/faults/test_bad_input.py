@@ -14,10 +14,9 @@ from typing import Any
 
 import pulsar
 from fault_report import FaultReport
-from harness import PulsarEndpoint, unique_topic, wait_until
+from harness import PulsarEndpoint, compact_topic, unique_topic, wait_until
 
 from pulsar_state import PulsarMap
-from pulsar_state.admin import PulsarAdmin
 
 
 def _inject_garbage(client: pulsar.Client, topic: str) -> int:
@@ -36,20 +35,6 @@ def _inject_garbage(client: pulsar.Client, topic: str) -> int:
     return 4
 
 
-def _compact(admin_url: str, topic: str) -> None:
-    admin = PulsarAdmin(admin_url)
-    try:
-        admin.compact(topic)
-        wait_until(
-            lambda: admin.compaction_status(topic) == "SUCCESS",
-            timeout_s=90,
-            interval_s=0.5,
-            message="compaction finished",
-        )
-    finally:
-        admin.close()
-
-
 def test_garbage_under_user_keys_survives_compaction_without_loss(
     pulsar_endpoint: PulsarEndpoint, make_client: Any, fault_report: FaultReport
 ) -> None:
@@ -66,7 +51,7 @@ def test_garbage_under_user_keys_survives_compaction_without_loss(
         wait_until(lambda: not m.manager._tailer.stale_keys, message="keys repaired")
         skipped = m.manager.invalid_messages
     assert skipped >= 3
-    _compact(admin_url, topic)
+    compact_topic(admin_url, topic)
     with PulsarMap[str, int](make_client(), topic, admin_url=admin_url) as fresh:
         assert fresh.items().result() == expected
         assert fresh.items(latest=True).result(60) == expected
@@ -118,7 +103,7 @@ def test_a_forged_epoch_cannot_stop_the_writers(
     with PulsarMap[str, int](make_client(), topic, admin_url=admin_url) as fresh:
         assert fresh.items(latest=True).result(60) == {"a": 2, "c": 3}
         fresh.put("d", 4).result(60)
-    _compact(admin_url, topic)
+    compact_topic(admin_url, topic)
     with PulsarMap[str, int](make_client(), topic, admin_url=admin_url) as compacted:
         assert compacted.items(latest=True).result(60) == {"a": 2, "c": 3, "d": 4}
     fault_report.add(

@@ -11,13 +11,19 @@ from typing import Any
 
 import pulsar
 import pytest
-from harness import unique_topic, wait_until
+from harness import compact_topic, unique_topic, wait_until
 from prometheus_client import REGISTRY
 
 from pulsar_state import BytesSerde, CheckpointPolicy, PulsarMap, StateConfig
 from pulsar_state.admin import PulsarAdmin
 from pulsar_state.checkpoint import KEEPER_SUBSCRIPTION
-from pulsar_state.checkpoint_format import chunk_properties, encode_chunks
+from pulsar_state.checkpoint_format import (
+    Manifest,
+    chunk_properties,
+    encode_chunks,
+    manifest_properties,
+)
+from pulsar_state.position import Position
 from pulsar_state.topic_names import checkpoint_topic
 
 ClientFactory = Callable[[], pulsar.Client]
@@ -38,23 +44,22 @@ def _replayed(client: pulsar.Client, topic: str, admin_url: str) -> dict[str, An
         return m.items().result()
 
 
-def _compact(admin_url: str, topic: str) -> None:
-    admin = PulsarAdmin(admin_url)
-    try:
-        admin.compact(topic)
-        wait_until(
-            lambda: admin.compaction_status(topic) == "SUCCESS",
-            timeout_s=60,
-            interval_s=0.5,
-            message="compaction finished",
-        )
-    finally:
-        admin.close()
-
-
 def _bad_checkpoints(topic: str) -> float:
     labels = {"topic": topic, "reason": "bad_checkpoint"}
     return REGISTRY.get_sample_value("pulsar_state_invalid_messages_total", labels) or 0.0
+
+
+def _forge_checkpoint(client: pulsar.Client, topic: str, chunk: bytes, at: Position) -> None:
+    """A hand-made checkpoint of one chunk (``chunk``: its payload) at ``at``."""
+    producer = client.create_producer(checkpoint_topic(topic), batching_enabled=False)
+    try:
+        chunk_at = producer.send(chunk, properties=chunk_properties("forged", 0, None))
+        manifest = Manifest(
+            id="forged", position=at, epoch=0, rows=1, chunks=(Position.from_message_id(chunk_at),)
+        )
+        producer.send(manifest.to_json(), properties=manifest_properties("forged"))
+    finally:
+        producer.close()
 
 
 def _load(m: PulsarMap[str, Any], n: int, prefix: str = "k") -> dict[str, Any]:
@@ -82,7 +87,7 @@ def test_bootstrap_is_the_checkpoint_plus_the_raw_tail(
             expected[f"k{i + 1}"] = "changed"
             m.put(f"new{i}", i).result(timeout=30)
             expected[f"new{i}"] = i
-    _compact(admin_url, topic)  # the deleted keys vanish from the compacted view
+    compact_topic(admin_url, topic)  # the deleted keys vanish from the compacted view
     with _open(make_client(), topic, admin_url) as m:
         assert m.manager.bootstrap_source == "checkpoint"
         assert m.items().result() == expected
@@ -157,20 +162,9 @@ def test_an_undecodable_checkpoint_is_counted_and_the_topic_replayed(
     topic = unique_topic("ckpt-bad")
     with _open(make_client(), topic, admin_url) as m:
         expected = _load(m, 1500)
-    # a manifest whose chunk is no Arrow stream
-    client = make_client()
-    producer = client.create_producer(checkpoint_topic(topic), batching_enabled=False)
-    chunk_at = producer.send(b"not arrow", properties=chunk_properties("bad", 0, None))
-    from pulsar_state.checkpoint_format import Manifest, manifest_properties  # noqa: PLC0415
-    from pulsar_state.position import Position  # noqa: PLC0415
-
     with _open(make_client(), topic, admin_url, checkpoints=False) as m:
         at = m.manager.position
-    manifest = Manifest(
-        id="bad", position=at, epoch=0, rows=1, chunks=(Position.from_message_id(chunk_at),)
-    )
-    producer.send(manifest.to_json(), properties=manifest_properties("bad"))
-    producer.close()
+    _forge_checkpoint(make_client(), topic, b"not arrow", at)  # no Arrow stream
     before = _bad_checkpoints(topic)
     with _open(make_client(), topic, admin_url) as m:
         assert m.manager.bootstrap_source == "topic"
@@ -298,9 +292,6 @@ def test_a_value_the_serde_cannot_read_makes_a_bad_checkpoint_not_a_failed_open(
 ) -> None:
     """Any error reading a checkpoint means "replay the topic" (a pickle error
     escaped PulsarMap() until fixed)."""
-    from pulsar_state.checkpoint_format import Manifest, manifest_properties  # noqa: PLC0415
-    from pulsar_state.position import Position  # noqa: PLC0415
-
     topic = unique_topic("ckpt-serde")
     client = make_client()
     with PulsarMap(
@@ -308,14 +299,8 @@ def test_a_value_the_serde_cannot_read_makes_a_bad_checkpoint_not_a_failed_open(
     ) as m:
         m.put("a", {"v": 1}).result(timeout=30)
         at = m.manager.position
-    producer = client.create_producer(checkpoint_topic(topic), batching_enabled=False)
     ((chunk, _),) = encode_chunks([("a", b"garbage")], chunk_bytes=4096, compression=None)
-    chunk_at = producer.send(chunk, properties=chunk_properties("pk", 0, None))
-    manifest = Manifest(
-        id="pk", position=at, epoch=0, rows=1, chunks=(Position.from_message_id(chunk_at),)
-    )
-    producer.send(manifest.to_json(), properties=manifest_properties("pk"))
-    producer.close()
+    _forge_checkpoint(client, topic, chunk, at)
     before = _bad_checkpoints(topic)
     with PulsarMap(
         make_client(), topic, admin_url=admin_url, value_serde=_PickleSerde(), checkpoints=MANUAL

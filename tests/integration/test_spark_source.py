@@ -12,7 +12,7 @@ from typing import Any
 import pulsar
 import pytest
 import requests
-from harness import PulsarEndpoint, unique_topic, wait_until
+from harness import PulsarEndpoint, compact_topic, unique_topic, wait_until
 from pyspark.sql import DataFrame, SparkSession
 
 from pulsar_state import PulsarMap
@@ -563,10 +563,7 @@ def checkpointed_map(make_client: ClientFactory, admin_url: str) -> tuple[str, d
             m.put(f"k{i + 1}", "changed").result()
             m.put(f"new{i}", i).result()
         expected = m.items(latest=True).result()
-    admin = PulsarAdmin(admin_url)
-    admin.compact(topic)
-    wait_until(lambda: admin.compaction_status(topic) == "SUCCESS", timeout_s=60)
-    admin.close()
+    compact_topic(admin_url, topic)
     return topic, expected
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pulsar
 import pytest
 import requests
-from harness import PulsarEndpoint, unique_topic, wait_until
+from harness import PulsarEndpoint, compact_topic, unique_topic, wait_until
 from state_workers import increment_worker
 
 from pulsar_state import (
@@ -264,20 +264,6 @@ def test_state_survives_reopening(make_client: ClientFactory, admin_url: str) ->
         assert m.items().result() == {"a": {"x": [1, 2]}, "c": 3.5}
 
 
-def _compact(admin_url: str, topic: str) -> None:
-    admin = PulsarAdmin(admin_url)
-    try:
-        admin.compact(topic)
-        wait_until(
-            lambda: admin.compaction_status(topic) == "SUCCESS",
-            timeout_s=60,
-            interval_s=0.5,
-            message="compaction finished",
-        )
-    finally:
-        admin.close()
-
-
 def test_compaction_bounds_bootstrap_and_loses_nothing(
     make_client: ClientFactory, admin_url: str
 ) -> None:
@@ -298,7 +284,7 @@ def test_compaction_bounds_bootstrap_and_loses_nothing(
         m.delete("k4").result()  # the topic now ends with a tombstone
         del expected["k4"]
         raw_messages = m.manager.messages_read
-    _compact(admin_url, topic)
+    compact_topic(admin_url, topic)
     with PulsarMap[str, int](make_client(), topic, admin_url=admin_url) as m:
         assert m.items().result() == expected
         assert m.manager.messages_read < 40 < raw_messages
@@ -312,7 +298,7 @@ def test_keyless_ops_are_kept_by_compaction(make_client: ClientFactory, admin_ur
     with adder(make_client(), topic, admin_url) as m:
         for _ in range(50):
             m.write(lambda s: [2]).result(timeout=30)
-    _compact(admin_url, topic)
+    compact_topic(admin_url, topic)
     with adder(make_client(), topic, admin_url) as m:
         assert m.read(dict).result() == {"total": 100, "ops": 50}
 
