@@ -151,6 +151,23 @@ class PulsarEndpoint:
         return requests.request(method, f"{self.admin_url}{path}", timeout=30, **kwargs)
 
 
+def pulsar_state_cli(
+    *args: str, env: dict[str, str], drop: tuple[str, ...] = (), timeout_s: float = 120.0
+) -> subprocess.CompletedProcess[str]:
+    """``pulsar-state ARGS`` as a user runs it: this environment without the
+    variables starting with ``drop``, plus ``env``; output captured, never raises."""
+    full = {k: v for k, v in os.environ.items() if not (drop and k.startswith(drop))}
+    full.update(env)
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "pulsar-state"), *args],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
 def compact_topic(admin_url: str, topic: str, *, timeout_s: float = 90.0) -> None:
     """Compact ``topic`` through the admin API and wait until compaction succeeded."""
     from pulsar_state.admin import PulsarAdmin  # noqa: PLC0415 - harness imports stay light

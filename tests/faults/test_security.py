@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 import pulsar
 import pytest
 import requests
-from harness import REPO_ROOT, unique_topic
+from harness import REPO_ROOT, pulsar_state_cli, unique_topic
 
 from pulsar_state import PermissionDeniedError, PulsarMap, StateConfig, StateTopicError
 from pulsar_state.admin import topic_path
@@ -156,19 +155,11 @@ def test_a_role_without_permissions_and_an_anonymous_client_are_refused(
 def _cli(secured: SecuredBroker, role: str, *args: str) -> subprocess.CompletedProcess[str]:
     """``pulsar-state`` as a user runs it, authenticated as ``role`` (env PULSAR_AUTH_TOKEN)."""
     env = {
-        **os.environ,
         "PULSAR_SERVICE_URL": secured.service_url,
         "PULSAR_ADMIN_URL": secured.admin_url,
         "PULSAR_AUTH_TOKEN": secured.authority.token(role),
     }
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "pulsar-state"), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return pulsar_state_cli(*args, env=env)
 
 
 def test_the_cli_reads_as_a_consume_only_role(secured: SecuredBroker, seeded: str) -> None:

@@ -28,7 +28,7 @@ import pytest
 import requests
 import trustme
 from cryptography.hazmat.primitives import serialization
-from harness import REPO_ROOT, unique_topic
+from harness import REPO_ROOT, pulsar_state_cli, unique_topic
 
 from pulsar_state import ConfigurationError, MetadataStore, PulsarMap, PulsarStateError
 from pulsar_state.cluster_auth import ClusterAuth
@@ -163,22 +163,10 @@ def test_the_core_refuses_an_admin_url_it_cannot_trust(tls_broker: TlsBroker) ->
 
 def _cli(tls_broker: TlsBroker, *args: str, trust: bool = True) -> subprocess.CompletedProcess[str]:
     """``pulsar-state`` as a user runs it against the TLS listeners (env settings)."""
-    env = {
-        **os.environ,
-        "PULSAR_SERVICE_URL": tls_broker.service_url,
-        "PULSAR_ADMIN_URL": tls_broker.admin_url,
-    }
-    env.pop("PULSAR_TLS_TRUST_CERT_PATH", None)
+    env = {"PULSAR_SERVICE_URL": tls_broker.service_url, "PULSAR_ADMIN_URL": tls_broker.admin_url}
     if trust:
         env["PULSAR_TLS_TRUST_CERT_PATH"] = tls_broker.ca_file
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "pulsar-state"), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return pulsar_state_cli(*args, env=env, drop=("PULSAR_TLS_TRUST_CERT_PATH",))
 
 
 def test_the_cli_writes_and_reads_over_tls(tls_broker: TlsBroker) -> None:
@@ -377,17 +365,8 @@ def test_the_sink_runner_checks_redeliveries_over_tls(
 
 def _insecure_cli(tls_broker: TlsBroker, *args: str) -> subprocess.CompletedProcess[str]:
     """``pulsar-state`` against the TLS listeners, told nothing about the CA."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "REQUESTS_CA"))}
-    env["PULSAR_SERVICE_URL"] = tls_broker.service_url
-    env["PULSAR_ADMIN_URL"] = tls_broker.admin_url
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "pulsar-state"), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    env = {"PULSAR_SERVICE_URL": tls_broker.service_url, "PULSAR_ADMIN_URL": tls_broker.admin_url}
+    return pulsar_state_cli(*args, env=env, drop=("PULSAR_", "REQUESTS_CA"))
 
 
 def test_tls_allow_insecure_reaches_the_cli_admin_calls(tls_broker: TlsBroker) -> None:
