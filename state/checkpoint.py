@@ -501,6 +501,7 @@ class MapCheckpointer:
         started = time.monotonic()
         checkpoint_id = uuid.uuid4().hex
         producer = self._ensure_producer()
+        self._refresh_previous()
         to_key = self._key_serde.to_key
         serialize = self._value_serde.serialize
         rows: Iterator[tuple[str, bytes]] = (
@@ -537,9 +538,7 @@ class MapCheckpointer:
         )
         if self._closed:
             raise CheckpointError("the map closed during its checkpoint")
-        landed = Position.from_message_id(
-            producer.send(manifest.to_json(), properties=manifest_properties(checkpoint_id))
-        )
+        landed = self._publish_manifest(producer, manifest)
         self._previous = landed
         self._keep_from(chunks[0] if chunks else landed)
         self.written += 1
@@ -554,6 +553,23 @@ class MapCheckpointer:
             time.monotonic() - started,
         )
         return manifest
+
+    def _refresh_previous(self) -> None:
+        """Point this checkpoint's chunks at the newest complete manifest, whoever
+        wrote it (another holder may have since this process last looked)."""
+        try:
+            found = find_manifest(self._client, self.state_topic, int(self._timeout_s * 1000))
+        except Exception as exc:  # keep what this process knows
+            log.debug("could not read the newest manifest of %s: %s", self.state_topic, exc)
+            return
+        if found is not None:
+            self._previous = found[1]
+
+    def _publish_manifest(self, producer: pulsar.Producer, manifest: Manifest) -> Position:
+        """Send the manifest: the checkpoint is complete once it has landed."""
+        return Position.from_message_id(
+            producer.send(manifest.to_json(), properties=manifest_properties(manifest.id))
+        )
 
     @staticmethod
     def _send(

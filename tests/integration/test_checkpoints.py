@@ -328,3 +328,31 @@ def test_a_chunk_with_a_broken_back_pointer_is_a_bad_checkpoint(
         assert m.manager.bootstrap_source == "topic"
         assert m.items().result() == expected
     assert _bad_checkpoints(topic) == before + 1
+
+
+def test_a_holder_cut_short_points_back_to_the_newest_checkpoint_even_another_wrote(
+    make_client: ClientFactory, admin_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B opened before A's checkpoint; B dies between its chunks and its manifest.
+    Its orphan chunks must name A's manifest (they named none, and bootstrap replayed
+    the whole topic, until fixed)."""
+    from pulsar_state.checkpoint import MapCheckpointer  # noqa: PLC0415
+
+    topic = unique_topic("ckpt-two-holders")
+    with _open(make_client(), topic, admin_url) as b:
+        with _open(make_client(), topic, admin_url) as a:
+            expected = _load(a, 1500)
+            first = a.checkpoint().result(timeout=60)
+        b.put("late", 1).result(timeout=30)
+        expected["late"] = 1
+
+        def dies(self: MapCheckpointer, producer: Any, manifest: Manifest) -> Position:
+            raise RuntimeError("killed between the chunks and the manifest")
+
+        monkeypatch.setattr(MapCheckpointer, "_publish_manifest", dies)
+        with pytest.raises(RuntimeError, match="killed"):
+            b.checkpoint().result(timeout=60)
+    with _open(make_client(), topic, admin_url) as m:
+        assert m.manager.bootstrap_source == "checkpoint"
+        assert m.manager.checkpointer.last.id == first.id  # type: ignore[union-attr]
+        assert m.items().result() == expected
