@@ -95,7 +95,12 @@ class PulsarMap(Generic[K, V]):
         config = (config or StateConfig()).with_default_compaction(
             DEFAULT_COMPACTION_THRESHOLD_BYTES
         )
-        policy = _checkpoint_policy(checkpoints, config.max_write_bytes)
+        policy = _checkpoint_policy(
+            checkpoints,
+            config.max_write_bytes,
+            # only then can the checkpoint topic get zero retention (old ones trimmed)
+            protected=admin_url is not None and config.ensure_retention,
+        )
         codec = self._codec
 
         def checkpointer(full_topic: str, admin: PulsarAdmin | None) -> MapCheckpointer:
@@ -537,7 +542,8 @@ class PulsarMap(Generic[K, V]):
 
         Raises:
             ConfigurationError: at the call, if the map keeps no checkpoints
-                (``checkpoints=False``, or pyarrow missing).
+                (``checkpoints=False``; by default also without pyarrow, an admin URL
+                or ``ensure_retention``).
             ForkedProcessError: at the call (see *Errors* in the module docstring).
             PulsarStateError: through the future, when it could not be published
                 (the map is unaffected; bootstrap uses an older one or the topic).
@@ -646,15 +652,17 @@ class PulsarMap(Generic[K, V]):
 
 
 def _checkpoint_policy(
-    checkpoints: CheckpointPolicy | bool | None, max_write_bytes: int
+    checkpoints: CheckpointPolicy | bool | None, max_write_bytes: int, *, protected: bool
 ) -> CheckpointPolicy | None:
-    """``None``: checkpoints whenever pyarrow is installed; ``True``: insist.
-    The default policy's chunks fit the map's ``max_write_bytes``."""
+    """``None``: checkpoints when pyarrow is installed and the map protects its
+    topics (an admin URL, ``ensure_retention``: the checkpoint topic then gets
+    zero retention, so old checkpoints go); ``True``: insist. The default
+    policy's chunks fit the map's ``max_write_bytes``."""
     if isinstance(checkpoints, CheckpointPolicy):
         return checkpoints
     default = CheckpointPolicy(chunk_bytes=min(CheckpointPolicy.chunk_bytes, max_write_bytes))
     if checkpoints is None:
-        return default if arrow_available() else None
+        return default if protected and arrow_available() else None
     if checkpoints is True:
         return default
     if checkpoints is False:

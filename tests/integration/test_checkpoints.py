@@ -356,3 +356,24 @@ def test_a_holder_cut_short_points_back_to_the_newest_checkpoint_even_another_wr
         assert m.manager.bootstrap_source == "checkpoint"
         assert m.manager.checkpointer.last.id == first.id  # type: ignore[union-attr]
         assert m.items().result() == expected
+
+
+def test_by_default_only_a_map_that_protects_its_topics_keeps_checkpoints(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    """Without an admin URL (or with ensure_retention off) the checkpoint topic
+    cannot get zero retention, so old checkpoints would pile up under the
+    namespace's retention: no checkpoints unless asked for."""
+    unprotected = StateConfig(ensure_retention=False)
+    with PulsarMap(make_client(), unique_topic("ckpt-noadmin"), config=unprotected) as m:
+        assert m.manager.checkpointer is None
+    with PulsarMap(
+        make_client(), unique_topic("ckpt-noretention"), admin_url=admin_url, config=unprotected
+    ) as m:
+        assert m.manager.checkpointer is None
+    with PulsarMap(
+        make_client(), unique_topic("ckpt-asked"), config=unprotected, checkpoints=True
+    ) as m:
+        assert m.manager.checkpointer is not None
+    with PulsarMap(make_client(), unique_topic("ckpt-default"), admin_url=admin_url) as m:
+        assert m.manager.checkpointer is not None
