@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
-from pulsar_state.checkpoint import anchor_exists, find_manifest, read_chunks
+from pulsar_state.checkpoint import read_chunks, usable_manifest
 from pulsar_state.checkpoint_format import Manifest
 from pulsar_state.connectors.spark_options import SourceOptions
 from pulsar_state.connectors.spark_ranges import replay_changes
@@ -83,17 +83,10 @@ def plan_from_checkpoint(
     try:
         if not opts.has_checkpoints():
             return None
-        found = find_manifest(client, opts.topic, opts.timeout_ms)
+        found = usable_manifest(client, opts.topic, opts.timeout_ms)
         if found is None:
             return None
         manifest, _ = found
-        if not anchor_exists(client, opts.topic, manifest.position, opts.timeout_ms):
-            log.warning(
-                "pulsar_state: the checkpoint of %s is not at a message of the topic; "
-                "replaying the topic",
-                opts.topic,
-            )
-            return None
     except Exception as exc:  # a checkpoint is only a shortcut: replay the topic
         log.warning(
             "pulsar_state: not using the checkpoint of %s (%s: %s); replaying the topic",

@@ -74,6 +74,7 @@ __all__ = [
     "arrow_available",
     "find_manifest",
     "read_chunks",
+    "usable_manifest",
 ]
 
 log = logging.getLogger(__name__)
@@ -213,6 +214,26 @@ def anchor_exists(
     return (landed.ledger, landed.entry) == (position.ledger, position.entry)
 
 
+def usable_manifest(
+    client: pulsar.Client, state_topic: str, timeout_ms: int
+) -> tuple[Manifest, Position] | None:
+    """The newest complete manifest (:func:`find_manifest`) if it belongs to this
+    incarnation of the state topic (:func:`anchor_exists`); ``None``: no checkpoint.
+
+    Raises:
+        CheckpointError: the newest checkpoint is not at a message of the topic
+            (e.g. the topic was deleted and re-created), or as :func:`find_manifest`.
+        pulsar.PulsarException: what the client raises reading either topic.
+    """
+    found = find_manifest(client, state_topic, timeout_ms)
+    if found is not None and not anchor_exists(client, state_topic, found[0].position, timeout_ms):
+        raise CheckpointError(
+            f"the topic has no message at its position {found[0].position} (was the "
+            "topic deleted and re-created?)"
+        )
+    return found
+
+
 def read_chunks(
     client: pulsar.Client,
     state_topic: str,
@@ -335,7 +356,7 @@ class MapCheckpointer:
             except PulsarStateError as exc:
                 log.debug("could not look up %s (%s); reading it", self.topic, exc)
         try:
-            found = find_manifest(self._client, self.state_topic, timeout_ms)
+            found = usable_manifest(self._client, self.state_topic, timeout_ms)
             if found is None:
                 return None
         except pulsar.TopicNotFound:  # no checkpoint yet (and no topic auto-creation)
@@ -346,15 +367,8 @@ class MapCheckpointer:
         except Exception as exc:  # a checkpoint is only a shortcut: replay instead
             _bad(self.state_topic, f"{type(exc).__name__}: {exc}")
             return None
+        manifest, at = found
         try:
-            manifest, at = found
-            if not anchor_exists(self._client, self.state_topic, manifest.position, timeout_ms):
-                _bad(
-                    self.state_topic,
-                    f"the topic has no message at its position {manifest.position} (was the "
-                    "topic deleted and re-created?)",
-                )
-                return None
             state = _tables_to_dict(
                 read_chunks(self._client, self.state_topic, manifest, timeout_ms),
                 self._key_serde,
@@ -381,8 +395,7 @@ class MapCheckpointer:
 
     @property
     def busy(self) -> bool:
-        running = self._running
-        return running is not None and not running.done()
+        return self.running is not None
 
     def due(self, applied_ops: int, keys: int) -> bool:
         """Whether the holder should take a checkpoint now (cheap: no lock needed)."""
@@ -467,14 +480,7 @@ class MapCheckpointer:
                 self._admin.protect(self.topic, backlog_only=True)
             # the keeper subscription exists before the first chunk: with zero
             # retention, only a subscription's backlog keeps the checkpoint
-            keeper = self._client.subscribe(
-                self.topic,
-                KEEPER_SUBSCRIPTION,
-                consumer_type=pulsar.ConsumerType.Shared,
-                initial_position=pulsar.InitialPosition.Earliest,
-                receiver_queue_size=1,
-            )
-            keeper.close()
+            self._keeper(seek_to=None)
             producer = self._client.create_producer(
                 self.topic,
                 batching_enabled=False,
@@ -588,20 +594,27 @@ class MapCheckpointer:
         producer.send_async(payload, sent, properties=properties)
         return ack
 
-    def _keep_from(self, first: Position) -> None:
-        """Move the keeper subscription to ``first``: what lies before may be trimmed."""
+    def _keeper(self, *, seek_to: Position | None) -> None:
+        """Make the keeper subscription (from the earliest message) if it is not
+        there; with ``seek_to``, move it there: what lies before may be trimmed."""
+        keeper = self._client.subscribe(
+            self.topic,
+            KEEPER_SUBSCRIPTION,
+            consumer_type=pulsar.ConsumerType.Shared,
+            initial_position=pulsar.InitialPosition.Earliest,
+            receiver_queue_size=1,
+        )
         try:
-            keeper = self._client.subscribe(
-                self.topic,
-                KEEPER_SUBSCRIPTION,
-                consumer_type=pulsar.ConsumerType.Shared,
-                receiver_queue_size=1,
-            )
-            try:
-                keeper.seek(_message_id(first))
-            finally:
-                keeper.close()
-        except pulsar.PulsarException as exc:  # older checkpoints are only kept longer
+            if seek_to is not None:
+                keeper.seek(_message_id(seek_to))
+        finally:
+            keeper.close()
+
+    def _keep_from(self, first: Position) -> None:
+        """Move the keeper subscription to ``first`` (a failure only keeps older ones longer)."""
+        try:
+            self._keeper(seek_to=first)
+        except pulsar.PulsarException as exc:
             log.warning("could not move the checkpoint keeper of %s: %s", self.state_topic, exc)
 
     def close(self, timeout_s: float = 5.0) -> None:

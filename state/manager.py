@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -396,30 +395,32 @@ class SharedStateManager(Generic[S, Op]):
         checkpointer = self._checkpointer
         if checkpointer is None:
             raise ConfigurationError(f"the state of {self.topic} keeps no checkpoints")
-        tailer = self._tailer
-        with tailer.lock:
-            if checkpointer.running is None:
-                return checkpointer.take(
-                    tailer.state,  # type: ignore[arg-type]
-                    tailer.applied,
-                    tailer.epoch,
-                    tailer.stale_keys,
-                    tailer.applied_ops,
-                )
+        with self._tailer.lock:
             running = checkpointer.running
+            if running is None:
+                return self._take_checkpoint_locked(checkpointer)
         result: Future[Manifest] = Future()
 
         def after_running(_done: Future[Manifest]) -> None:
             # the running one may predate this call: take a fresh one
-            futures.run_into(result, lambda: self.checkpoint().result())
+            try:
+                futures.chain(self.checkpoint(), result)
+            except BaseException as exc:  # e.g. closed meanwhile
+                futures.set_exception(result, exc)
 
-        assert running is not None
-        running.add_done_callback(
-            lambda done: threading.Thread(
-                target=after_running, args=(done,), name="pss-checkpoint-next", daemon=True
-            ).start()
-        )
+        running.add_done_callback(after_running)
         return result
+
+    def _take_checkpoint_locked(self, checkpointer: MapCheckpointer) -> Future[Manifest]:
+        """Start a checkpoint of the state as applied now (under the state lock)."""
+        tailer = self._tailer
+        return checkpointer.take(
+            tailer.state,  # type: ignore[arg-type]
+            tailer.applied,
+            tailer.epoch,
+            tailer.stale_keys,
+            tailer.applied_ops,
+        )
 
     def _maybe_checkpoint(self) -> None:
         """After each publish (writer thread): a checkpoint when one is due."""
@@ -432,13 +433,7 @@ class SharedStateManager(Generic[S, Op]):
             return
         with tailer.lock:
             if checkpointer.due(tailer.applied_ops, len(tailer.state)):  # type: ignore[arg-type]
-                checkpointer.take(
-                    tailer.state,  # type: ignore[arg-type]
-                    tailer.applied,
-                    tailer.epoch,
-                    tailer.stale_keys,
-                    tailer.applied_ops,
-                )
+                self._take_checkpoint_locked(checkpointer)
 
     @property
     def checkpointer(self) -> MapCheckpointer | None:
