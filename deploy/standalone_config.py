@@ -9,6 +9,16 @@ make a small, loopback-only broker that does not clash with others on the host:
 * the functions worker runs Python functions with the project's interpreter
   (the launcher puts its ``bin/`` first on ``PATH``; the worker execs ``python3``)
   and keeps its downloads and logs inside the data directory.
+
+Authentication and authorization are broker settings (``broker_settings``, e.g.
+:meth:`~pulsar_state.deploy.token_auth.TokenAuthority.broker_settings`): the
+worker a standalone runs takes ``authenticationEnabled``,
+``authenticationProviders``, ``authorizationEnabled``, ``superUserRoles`` and
+``brokerClientAuthenticationPlugin``/``Parameters`` from ``standalone.conf``,
+whatever ``functions_worker.yml`` says, and its process runtime hands that
+broker-client role to every function instance's Pulsar client (seen in the
+worker's "Worker Configs" log line and the instances' command lines;
+``tests/faults/test_functions_auth.py``).
 """
 
 from __future__ import annotations
