@@ -45,7 +45,9 @@ from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 from pulsar_state.deploy.standalone import StandaloneBroker
 from pulsar_state.deploy.token_auth import TokenAuthority
 
-pytestmark = pytest.mark.functions
+# a functions worker's start, a deploy of every shipped function and instance
+# restarts, on 2 shared cores: well past the suite's default 300 s per test when busy
+pytestmark = [pytest.mark.functions, pytest.mark.timeout(900)]
 
 NAMESPACE = "public/default"
 SHIPPED = REPO_ROOT / "deploy" / "functions"
