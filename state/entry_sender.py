@@ -8,6 +8,7 @@ carries a callback; its acknowledgement reports for the entry.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pulsar
@@ -15,7 +16,7 @@ import pulsar
 from pulsar_state.position import Position
 from pulsar_state.topic_format import MESSAGE_OVERHEAD_BYTES, OutgoingMessage
 
-__all__ = ["Acks", "PublishFailedError", "entry_size", "send_entry"]
+__all__ = ["Acks", "PublishFailedError", "entry_size", "send_entry", "send_entry_async"]
 
 
 class PublishFailedError(Exception):
@@ -78,14 +79,8 @@ class _NoCallback:
     value: Any = None
 
 
-def send_entry(
-    producer: pulsar.Producer, messages: list[OutgoingMessage], acks: Acks, *, timeout_s: float
-) -> Position:
-    """Send ``messages`` as one entry and wait up to ``timeout_s`` for its ack.
-
-    Raises :class:`PublishFailedError` (refused, or no ack in time) or
-    ``pulsar.PulsarException`` (the producer is closed or fenced).
-    """
+def _send_leading(producer: pulsar.Producer, messages: list[OutgoingMessage]) -> None:
+    """All but the last of an entry's messages (the last one reports for all)."""
     for m in messages[:-1]:
         try:
             producer.send_async(
@@ -96,9 +91,44 @@ def send_entry(
                 raise
             _NoCallback.value = _ignore
             producer.send_async(m.payload, _ignore, properties=m.properties, partition_key=m.key)
+
+
+def send_entry(
+    producer: pulsar.Producer, messages: list[OutgoingMessage], acks: Acks, *, timeout_s: float
+) -> Position:
+    """Send ``messages`` as one entry and wait up to ``timeout_s`` for its ack.
+
+    Raises :class:`PublishFailedError` (refused, or no ack in time) or
+    ``pulsar.PulsarException`` (the producer is closed or fenced).
+    """
+    _send_leading(producer, messages)
     last = messages[-1]
     producer.send_async(
         last.payload, acks.callback, properties=last.properties, partition_key=last.key
     )
     producer.flush()
     return acks.wait(timeout_s)
+
+
+def _flushed(result: object) -> None:
+    """``flush_async``'s callback: the entry's own ack reports (send_entry_async)."""
+
+
+def send_entry_async(
+    producer: pulsar.Producer,
+    messages: list[OutgoingMessage],
+    on_ack: Callable[[pulsar.Result, pulsar.MessageId], None],
+) -> None:
+    """Send ``messages`` as one entry without waiting for it.
+
+    ``on_ack(result, message_id)`` runs on the client's IO thread once the
+    entry's last message is acknowledged or failed (the send timeout bounds
+    it). It must not raise (the client ends the process) nor block. Raises
+    ``pulsar.PulsarException`` at the call when the producer is closed or
+    fenced.
+    """
+    _send_leading(producer, messages)
+    last = messages[-1]
+    producer.send_async(last.payload, on_ack, properties=last.properties, partition_key=last.key)
+    # the wrapper has no flush_async; the entry ends here, without waiting
+    producer._producer.flush_async(_flushed)

@@ -14,6 +14,7 @@ __all__ = [
     "BOOTSTRAP_SECONDS",
     "FENCES",
     "COMMITTED_ON_ACK",
+    "DIRECT_WRITES",
     "TAKEOVERS",
     "INVALID_MESSAGES",
     "LAG_MESSAGES",
@@ -43,6 +44,11 @@ FENCES = Counter(
 COMMITTED_ON_ACK = Counter(
     "pulsar_state_committed_on_ack",
     "Writes completed at the broker's acknowledgement, applied by the writer itself",
+    ["topic"],
+)
+DIRECT_WRITES = Counter(
+    "pulsar_state_direct_writes",
+    "Writes published by the submitting thread while the writer was idle (no hand-off)",
     ["topic"],
 )
 TAKEOVERS = Counter(
