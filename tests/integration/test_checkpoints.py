@@ -6,6 +6,8 @@ says (a map opened with ``checkpoints=False`` replays the topic).
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -377,3 +379,39 @@ def test_by_default_only_a_map_that_protects_its_topics_keeps_checkpoints(
         assert m.manager.checkpointer is not None
     with PulsarMap(make_client(), unique_topic("ckpt-default"), admin_url=admin_url) as m:
         assert m.manager.checkpointer is not None
+
+
+_OPEN_AND_WRITE = """
+import sys
+import pulsar
+from pulsar_state import PulsarMap
+client = pulsar.Client(sys.argv[1])
+with PulsarMap(client, sys.argv[2], admin_url=sys.argv[3]) as m:
+    m.put("k", "v").result(timeout=30)
+    assert m.manager.checkpointer is not None, "checkpoints are on by default here"
+    print("pyarrow imported:", "pyarrow" in sys.modules)
+client.close()
+"""
+
+
+def test_opening_a_map_with_no_checkpoint_does_not_import_pyarrow(
+    pulsar_endpoint: Any, admin_url: str
+) -> None:
+    """pyarrow costs about half a second and tens of MB to import: a process
+    pays it when it reads or writes a checkpoint, not for opening a map."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _OPEN_AND_WRITE,
+            pulsar_endpoint.service_url,
+            unique_topic("cp-lazy"),
+            admin_url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "pyarrow imported: False" in done.stdout, done.stdout
