@@ -23,6 +23,7 @@ admin REST calls (protecting its state topic) carry the function secret
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -146,13 +147,18 @@ def _functions(worker: SecuredWorker) -> list[str]:
     return names
 
 
+@pytest.fixture(scope="module")
+def anonymous_deploy(secured_worker: SecuredWorker) -> Any:
+    """``pulsar-state deploy`` without a token (what it printed)."""
+    return _deploy(secured_worker, None)
+
+
 def test_deploy_without_a_token_or_with_a_consume_only_one_is_refused_and_creates_nothing(
-    secured_worker: SecuredWorker,
+    secured_worker: SecuredWorker, anonymous_deploy: Any
 ) -> None:
-    anonymous = _deploy(secured_worker, None)
-    assert anonymous.returncode != 0, anonymous.stdout
-    assert "401" in anonymous.stderr, anonymous.stderr
-    assert "Traceback" not in anonymous.stderr
+    assert anonymous_deploy.returncode != 0, anonymous_deploy.stdout
+    assert "401" in anonymous_deploy.stderr, anonymous_deploy.stderr
+    assert "Traceback" not in anonymous_deploy.stderr
     reader = _deploy(secured_worker, secured_worker.authority.token("reader"))
     assert reader.returncode != 0, reader.stdout
     assert "401" in reader.stderr or "403" in reader.stderr, reader.stderr
@@ -165,11 +171,9 @@ def test_deploy_without_a_token_or_with_a_consume_only_one_is_refused_and_create
     reason="deploy/rest_admin.py puts the broker's whole HTML error page in the message "
     "instead of its one-line reason (pulsar_state.admin.refusal_reason)",
 )
-def test_a_refused_deploy_says_why_in_one_line(secured_worker: SecuredWorker) -> None:
-    anonymous = _deploy(secured_worker, None)
-    assert anonymous.returncode != 0, anonymous.stdout
-    assert "Authentication required" in anonymous.stderr, anonymous.stderr
-    assert "<html>" not in anonymous.stderr, anonymous.stderr
+def test_a_refused_deploy_says_why_in_one_line(anonymous_deploy: Any) -> None:
+    assert "Authentication required" in anonymous_deploy.stderr, anonymous_deploy.stderr
+    assert "<html>" not in anonymous_deploy.stderr, anonymous_deploy.stderr
 
 
 def _receive(consumer: pulsar.Consumer, what: str, timeout_s: float) -> pulsar.Message:
@@ -200,26 +204,40 @@ def test_deploy_with_a_token_runs_the_shipped_functions_and_their_admin_calls_au
     stored = secured_worker.get("/admin/v3/functions/public/default/wordcount")
     assert stored.json()["secrets"] == {"adminToken": token}
 
-    # one record through the word count, exactly as shipped
+    # one record through the word count and one request to the metadata manager,
+    # both exactly as shipped
     wordcount = yaml.safe_load((SHIPPED / "wordcount.yaml").read_text())
+    manager = yaml.safe_load((SHIPPED / "metadata-manager.yaml").read_text())
     state_topic = wordcount["userConfig"]["stateTopic"]
+    metadata_topic = manager["userConfig"]["metadataTopic"]
+    request = {
+        "op": "create",
+        "fqn": "public/default/secured",
+        "config": {"className": "x.Y", "inputs": ["persistent://public/default/x"]},
+        "requestId": "secured-1",
+    }
     client = secured_worker.client("admin")
     try:
         out = client.subscribe(wordcount["output"], "h15b-check")
+        answers = client.subscribe(manager["output"], "h15b-check")
         client.create_producer(wordcount["inputs"][0]).send(b"hello world hello")
-        answer = _receive(out, "the word count's output", 120)
-        assert answer.data() == b"hello world hello: 2"
+        client.create_producer(manager["inputs"][0]).send(json.dumps(request).encode())
+        assert _receive(out, "the word count's output", 120).data() == b"hello world hello: 2"
+        answer = json.loads(_receive(answers, "the metadata manager's answer", 120).data())
+        assert (answer["requestId"], answer["ok"], answer["version"]) == ("secured-1", True, 0)
     finally:
         client.close()
     items = secured_worker.items(state_topic)
     assert items["counter/hello"] == 2
     assert items["counter/world"] == 1
     assert items["state/last"] == {"s": "hello world hello"}
-    # the function protected its topic itself: an admin call made with its adminToken
-    assert secured_worker.retention(state_topic) == {
-        "retentionTimeInMinutes": -1,
-        "retentionSizeInMB": -1,
-    }
+    assert secured_worker.items(metadata_topic)["public/default/secured"]["version"] == 0
+    # each function protected its topic itself: admin calls made with its adminToken
+    for topic in (state_topic, metadata_topic):
+        assert secured_worker.retention(topic) == {
+            "retentionTimeInMinutes": -1,
+            "retentionSizeInMB": -1,
+        }, topic
 
 
 @dataclass
