@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 from pulsar_state import forks
 from pulsar_state.position import Position
 
-__all__ = ["WriteRequest", "new_write_id"]
+__all__ = ["WriteFuture", "WriteRequest", "new_write_id"]
 
 S = TypeVar("S")
 Op = TypeVar("Op")
@@ -27,13 +27,29 @@ def new_write_id() -> str:
     return f"{forks.process_id()}-{forks.next_seq()}"
 
 
+class WriteFuture(Future[Position]):
+    """A write's future, which remembers whether done-callbacks were added.
+
+    Callbacks run on the thread that completes the future. The writer's direct
+    path completes a write on the Pulsar client's IO thread, where a callback
+    that waits on the client (a latest read, a write's result) would wait on
+    itself; so a future with callbacks is completed on the writer's thread.
+    """
+
+    has_callbacks = False
+
+    def add_done_callback(self, fn: Callable[[Future[Position]], object]) -> None:
+        self.has_callbacks = True
+        super().add_done_callback(fn)
+
+
 @dataclass(eq=False)
 class WriteRequest(Generic[S, Op]):
     """A generator to run on the caught-up state; ``blind`` if it ignores the state."""
 
     generator: Callable[[S], Any]
     blind: bool
-    future: Future[Position] = field(default_factory=Future)
+    future: WriteFuture = field(default_factory=WriteFuture)
     write_id: str = field(default_factory=new_write_id)
     attempts: int = 0
     submitted: float = field(default_factory=time.monotonic)

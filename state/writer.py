@@ -40,6 +40,7 @@ the writer thread, which recovers as for its own sends.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
 import logging
 import queue
@@ -184,6 +185,7 @@ class Writer(Generic[S, Op]):
         #: a direct write's publish failed: the writer thread lets the producer go
         self._send_failed: BaseException | None = None
         self._direct_since_housekeeping = 0
+        self._completions: concurrent.futures.ThreadPoolExecutor | None = None
         self._thread = threading.Thread(
             target=self._run, name=f"pss-writer-{topic.rsplit('/', 1)[-1]}", daemon=True
         )
@@ -223,6 +225,8 @@ class Writer(Generic[S, Op]):
         self._holder.release()
         if turn:
             self._turn.release()
+        if self._completions is not None:  # completes what it was given, then ends
+            self._completions.shutdown(wait=False)
         if self._snapshotter is not None:
             self._snapshotter.close()
         while True:  # anything still queued fails
@@ -516,7 +520,6 @@ class Writer(Generic[S, Op]):
             or holder.tenure_over(busy=bool(self._pending))
         ):
             return False
-        self._trim_inflight()
         if not request.start():  # cannot be cancelled yet; for completeness
             self._turn.release()
             return True
@@ -554,6 +557,8 @@ class Writer(Generic[S, Op]):
         block (letting the producer go, housekeeping) to the writer thread."""
         try:
             landed = self._direct_landed(direct, result, msg_id)
+            if landed is not None and self._inflight and self._inflight[-1][0] is direct.request:
+                self._inflight.pop()  # completed below: nothing left to re-run
         except BaseException:  # an exception here would end the process (the client's rule)
             log.exception("handling the acknowledgement of a write to %s failed", self._topic)
             landed = None
@@ -561,8 +566,23 @@ class Writer(Generic[S, Op]):
             self._queue.put(_WAKE)
         finally:
             self._turn.release()
-        if landed is not None:
+        if landed is None:
+            return
+        if direct.request.future.has_callbacks:  # they may wait on this very thread
+            self._completer().submit(self._complete, direct.request, landed)
+        else:
             self._complete(direct.request, landed)
+
+    def _completer(self) -> concurrent.futures.ThreadPoolExecutor:
+        """One thread, made on first use, that completes direct writes whose
+        futures have callbacks, in order (see :class:`WriteFuture`)."""
+        with self._queued_lock:
+            if self._completions is None:
+                self._completions = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1,
+                    thread_name_prefix=f"pss-complete-{self._topic.rsplit('/', 1)[-1]}",
+                )
+            return self._completions
 
     def _direct_landed(
         self, direct: _DirectWrite[S, Op], result: pulsar.Result, msg_id: pulsar.MessageId

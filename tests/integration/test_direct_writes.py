@@ -133,3 +133,34 @@ def test_a_fenced_direct_write_is_rerun_not_lost(
     finally:
         a.close()
         b.close()
+
+
+def test_a_callback_on_a_direct_write_may_block_on_the_client(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    """Done-callbacks run on the thread that completes the future. A direct
+    write is completed by its ack, on the Pulsar client's IO thread, where a
+    callback waiting on the client (here a latest read) would wait on itself.
+    A future with callbacks is therefore completed on the writer's thread."""
+    topic = unique_topic("callback")
+    m = PulsarMap[str, int](make_client(), topic, admin_url=admin_url)
+    try:
+        m.put("k", 0).result(timeout=30)
+        seen: list[object] = []
+        done = threading.Event()
+
+        def read_latest(_written: Future[Position]) -> None:
+            try:
+                seen.append(m.get("k", latest=True).result(timeout=10))
+            except Exception as exc:  # shown by the assertion below
+                seen.append(exc)
+            finally:
+                done.set()
+
+        for i in range(1, 4):
+            done.clear()
+            m.put("k", i).add_done_callback(read_latest)
+            assert done.wait(30), "the callback did not finish within 30 s"
+            assert seen[-1] == i, f"the callback's latest read gave {seen[-1]!r}"
+    finally:
+        m.close()
