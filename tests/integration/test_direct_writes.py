@@ -12,6 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 import pulsar
+import pytest
 from harness import unique_topic
 
 from pulsar_state import Position, PulsarMap, StateConfig, metrics
@@ -135,15 +136,20 @@ def test_a_fenced_direct_write_is_rerun_not_lost(
         b.close()
 
 
-def test_a_callback_on_a_direct_write_may_block_on_the_client(
-    make_client: ClientFactory, admin_url: str
+@pytest.mark.parametrize("commit_on_ack", [True, False], ids=["at-the-ack", "on-the-tail"])
+def test_a_callback_on_a_write_may_block_on_the_client(
+    make_client: ClientFactory, admin_url: str, commit_on_ack: bool
 ) -> None:
     """Done-callbacks run on the thread that completes the future. A direct
     write is completed by its ack, on the Pulsar client's IO thread, where a
     callback waiting on the client (here a latest read) would wait on itself.
-    A future with callbacks is therefore completed on the writer's thread."""
+    A future with callbacks is therefore completed on a thread of its own; so
+    is one completed by the tailer (commit_on_ack=False), where a latest read
+    would wait for the tailer itself."""
     topic = unique_topic("callback")
-    m = PulsarMap[str, int](make_client(), topic, admin_url=admin_url)
+    m = PulsarMap[str, int](
+        make_client(), topic, admin_url=admin_url, config=StateConfig(commit_on_ack=commit_on_ack)
+    )
     try:
         m.put("k", 0).result(timeout=30)
         seen: list[object] = []
