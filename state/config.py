@@ -74,6 +74,11 @@ class StateConfig:
             the producer holding the topic's current epoch can append, and it
             caught up when it gained the topic. ``False``: the tail completes
             every write (one more dispatch round trip per write).
+        direct_writes: with ``commit_on_ack``, a blind write (``put``,
+            ``put_all``) made while the writer is idle is sent by the calling
+            thread and completed at its acknowledgement, sparing the writer
+            queue's two thread hand-offs (:mod:`pulsar_state.writer`).
+            ``False``: every write goes through the writer's thread.
     """
 
     access_mode: AccessMode = "adaptive"
@@ -92,6 +97,7 @@ class StateConfig:
     max_takeovers_per_s: float | None = 5.0
     takeover_burst: int = 2
     commit_on_ack: bool = True
+    direct_writes: bool = True
 
     def __post_init__(self) -> None:
         if self.access_mode not in _ACCESS_MODES:
@@ -137,6 +143,11 @@ class StateConfig:
             raise ConfigurationError(f"takeover_burst must be >= 1, got {self.takeover_burst!r}")
         if not self.subscription_prefix:
             raise ConfigurationError("subscription_prefix must not be empty")
+        for name in ("read_compacted", "ensure_retention", "commit_on_ack", "direct_writes"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigurationError(
+                    f"{name} must be True or False, got {getattr(self, name)!r}"
+                )
 
     def with_default_compaction(self, threshold_bytes: int) -> StateConfig:
         """This config, with ``threshold_bytes`` if no compaction threshold was chosen."""

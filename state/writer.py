@@ -200,7 +200,13 @@ class Writer(Generic[S, Op]):
         if self._closed:
             raise StateClosedError("the state manager is closed")
         request: WriteRequest[S, Op] = WriteRequest(generator, blind)
-        if blind and self._config.commit_on_ack and self._turn.acquire(blocking=False):
+        config = self._config
+        if (
+            blind
+            and config.commit_on_ack
+            and config.direct_writes
+            and self._turn.acquire(blocking=False)
+        ):
             try:
                 direct = self._send_direct(request)
             except BaseException:
