@@ -1,7 +1,8 @@
 """``make bench-core``: the state core against raw Pulsar, in one run on one broker.
 
 1. sync ``PulsarMap.put`` vs sync ``producer.send`` (ops/s, goal ratio >= 0.8; p50
-   and p99 latency of each; and the put completed on the tail, for comparison);
+   and p99 latency of each; process CPU per op; and, for comparison, the put
+   completed on the tail and the put sent by the writer thread);
 2. many concurrent ``put`` (group commit) vs ``send_async`` with batching (goal >= 0.7);
 3. caught-up ``get(latest=True)`` vs one ``consumer.get_last_message_id()``
    (latency, goal ratio <= 1.5).
@@ -146,11 +147,27 @@ def main() -> None:
         True,
         reference_name="commit_on_ack=False",
     )
+    direct = Comparison(
+        "sync put: sent by the caller (direct) vs by the writer thread",
+        "ops/s",
+        "(context)",
+        True,
+        reference_name="direct_writes=False",
+    )
+    cpu = Comparison(
+        "process CPU per sync put vs per producer.send",
+        "µs",
+        "(context)",
+        False,
+        reference_name="producer.send",
+    )
     recorded = [
         sync,
         sync_p50,
         sync_p99,
+        cpu,
         on_ack,
+        direct,
         many,
         latest,
         round_trip,
@@ -176,9 +193,12 @@ def main() -> None:
                             m.put(f"k{i % 1000}", i).result()
                             latencies.append(time.perf_counter() - start)
 
+                    cpu_start = time.process_time()
                     sync.ours.append(args.sync_ops / timed(ours_sync))
+                    cpu.ours.append((time.process_time() - cpu_start) / args.sync_ops * 1e6)
                     round_trip.ours.append(sync.ours[-1])
                     on_ack.ours.append(sync.ours[-1])
+                    direct.ours.append(sync.ours[-1])
                     sync_p50.ours.append(_percentile_us(put_latencies, 0.5))
                     sync_p99.ours.append(_percentile_us(put_latencies, 0.99))
 
@@ -208,15 +228,29 @@ def main() -> None:
                             tail.put(f"k{i % 1000}", i).result()
 
                     on_ack.reference.append(args.sync_ops / timed(tail_sync))
+                queued_config = StateConfig(direct_writes=False)
+                with PulsarMap[str, int](
+                    client, _topic("map-queued"), admin_url=admin_url, config=queued_config
+                ) as queued:
+                    for i in range(200):  # warm up
+                        queued.put(f"w{i}", i).result()
+
+                    def queued_sync() -> None:
+                        for i in range(args.sync_ops):
+                            queued.put(f"k{i % 1000}", i).result()
+
+                    direct.reference.append(args.sync_ops / timed(queued_sync))
                 raw_topic = _topic("raw")
                 producer = client.create_producer(raw_topic)
                 for _ in range(200):
                     producer.send(b"warm")
                 send_latencies: list[float] = []
+                cpu_start = time.process_time()
                 sync.reference.append(
                     args.sync_ops
                     / timed(partial(_raw_sync, producer, args.sync_ops, send_latencies))
                 )
+                cpu.reference.append((time.process_time() - cpu_start) / args.sync_ops * 1e6)
                 sync_p50.reference.append(_percentile_us(send_latencies, 0.5))
                 sync_p99.reference.append(_percentile_us(send_latencies, 0.99))
                 producer.close()
@@ -281,7 +315,12 @@ follows the writer's previous one, the writer applying it to its own state
 reference (higher is better); latency ratios are ours / reference (lower is
 better); p50 and p99 are per put and per send within each round. "Completed at
 the ack vs on the tail" compares the default with `commit_on_ack=False` in the
-same round. The read-your-writes rows compare the puts with a raw send
+same round; "sent by the caller (direct) vs by the writer thread" compares it
+with `direct_writes=False` (every put handed to the writer's thread and back).
+"Process CPU" is the client process's CPU time (all its threads: the caller,
+the Pulsar client's IO thread, our writer and tailer) per put or send: on a
+2-core machine that also runs the broker, the put's extra CPU is what keeps it
+from the raw send's rate. The read-your-writes rows compare the puts with a raw send
 followed by receiving that message back on a consumer (what a put completed on
 the tail must wait for); the last two rows measure that against the goals'
 references with no code of ours at all.
