@@ -60,6 +60,7 @@ from typing import Any
 
 from pulsar import Function
 
+from pulsar_state.admin_endpoint import AdminEndpoint
 from pulsar_state.connectors.dead_letter import POISON_RECORDS, DeadLetters, read_key
 from pulsar_state.connectors.postgres_backend import PostgresBackend
 from pulsar_state.connectors.sql_backend import (
@@ -80,7 +81,7 @@ from pulsar_state.errors import (
     PulsarStateError,
 )
 from pulsar_state.function_secrets import function_admin_headers
-from pulsar_state.function_tls import admin_tls, map_admin_tls
+from pulsar_state.function_tls import config_admin_endpoint, function_admin_endpoint
 from pulsar_state.instance_metrics import label_instance_metrics
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import MapOp, PulsarMap
@@ -170,30 +171,27 @@ class SqlUpsertSink:
         config: dict[str, Any],
         context: Any = None,
         *,
-        admin_headers: dict[str, str] | None = None,
-        admin_tls_trust_cert_path: str | None = None,
-        admin_tls_allow_insecure: bool = False,
+        admin: AdminEndpoint | None = None,
     ) -> None:
         """Connect and create the tables.
 
-        ``admin_headers``: the admin API's credentials for the position check
-        (in a function they come from its secrets, :func:`function_admin_headers`).
-        ``admin_tls_trust_cert_path`` / ``admin_tls_allow_insecure``: its TLS trust
-        (the runner's ``--tls-*`` options), else the config's ``tlsTrustCertsFilePath``
-        / ``tlsAllowInsecureConnection`` (:func:`~pulsar_state.function_tls.admin_tls`).
+        ``admin``: the admin API of the position check, with its credentials and TLS
+        trust (the runner's, config and command line merged); without it, the
+        config's ``adminUrl`` with its ``tlsTrustCertsFilePath`` /
+        ``tlsAllowInsecureConnection`` and, in a function, the ``adminToken`` secret
+        (:func:`~pulsar_state.function_tls.config_admin_endpoint`).
 
         Raises:
             ConfigurationError: a bad setting, before the database is touched.
         """
         table = plain_identifier(config.get("table", "kv"), "table")
-        if context is not None and admin_headers is None:
-            admin_headers = function_admin_headers(context)
-        tls = admin_tls(config.get)
+        if admin is None:
+            admin = config_admin_endpoint(
+                config.get,
+                headers=function_admin_headers(context) if context is not None else None,
+            )
         guard = PositionGuard(
-            admin_url=config.get("adminUrl") or None,
-            admin_headers=admin_headers,
-            admin_tls_trust_cert_path=admin_tls_trust_cert_path or tls.trust_cert_path,
-            admin_tls_allow_insecure=admin_tls_allow_insecure or tls.allow_insecure,
+            admin=admin,
             mode=str(config.get("positionMismatch", "reset")),
             logger=context.get_logger() if context is not None else None,
         )
@@ -374,9 +372,7 @@ class SinkFunction(Function):  # type: ignore[misc]
                         records = PulsarMap[str, Any](
                             context.get_pulsar_client(),
                             metadata_topic,
-                            admin_url=config.get("adminUrl"),
-                            admin_headers=function_admin_headers(context),
-                            **map_admin_tls(config.get),
+                            admin=function_admin_endpoint(context),
                         )
                         self.config_version = record_metadata(
                             records,

@@ -57,6 +57,7 @@ from typing import Any
 
 import pulsar
 
+from pulsar_state.admin_endpoint import AdminEndpoint
 from pulsar_state.errors import (
     ConfigurationError,
     InvalidTopicNameError,
@@ -144,12 +145,13 @@ class GroupSettings:
     admin_url: str
     session_timeout_s: float = 10.0
     session_check_interval_s: float = 1.0
-    #: the admin API's authentication (``ClusterAuth.admin_headers()``), set by the runner
-    admin_headers: dict[str, str] | None = field(default=None, repr=False, compare=False)
-    #: the CA bundle of an https admin API (``ClusterAuth.tls_trust_cert_path``), set by the runner
-    admin_tls_trust_cert_path: str | None = field(default=None, compare=False)
-    #: accept any admin certificate (``ClusterAuth.tls_allow_insecure``), set by the runner
-    admin_tls_allow_insecure: bool = field(default=False, compare=False)
+    #: the admin API at ``admin_url`` with the runner's credentials and TLS trust
+    #: (``ClusterAuth.admin_endpoint``), set by the runner; ``None``: the bare URL
+    admin: AdminEndpoint | None = field(default=None, repr=False, compare=False)
+
+    def admin_endpoint(self) -> AdminEndpoint:
+        """:attr:`admin`, else ``admin_url`` with no credentials."""
+        return self.admin if self.admin is not None else AdminEndpoint(url=self.admin_url)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> GroupSettings | None:
@@ -345,20 +347,14 @@ class SinkGroup:
             self._store = MetadataStore(
                 self.client,
                 s.membership_topic,
-                admin_url=s.admin_url,
-                admin_headers=s.admin_headers,
-                admin_tls_trust_cert_path=s.admin_tls_trust_cert_path,
-                admin_tls_allow_insecure=s.admin_tls_allow_insecure,
+                admin=s.admin_endpoint(),
                 session_timeout_s=s.session_timeout_s,
                 session_check_interval_s=s.session_check_interval_s,
             )
             self._assignments = PulsarMap[str, str](
                 self.client,
                 s.assignment_topic,
-                admin_url=s.admin_url,
-                admin_headers=s.admin_headers,
-                admin_tls_trust_cert_path=s.admin_tls_trust_cert_path,
-                admin_tls_allow_insecure=s.admin_tls_allow_insecure,
+                admin=s.admin_endpoint(),
             )
             foreign = [
                 k

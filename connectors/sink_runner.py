@@ -11,6 +11,12 @@ Config (YAML or JSON)::
     adminUrl: http://127.0.0.1:8080                 # needed by the group and metadataTopic
     metadataTopic: persistent://public/default/sink-metadata   # optional
     deadLetterTopic: persistent://public/default/orders-dlq    # optional, for poison records
+    # optional: authentication and TLS, as client.conf spells them (for the broker
+    # and the admin API; the command line's --auth-*/--tls-* options win)
+    tlsTrustCertsFilePath: /etc/pulsar/ca.pem
+    tlsAllowInsecureConnection: false
+    authPlugin: tls                                 # or token, basic, a class name
+    authParams: tlsCertFile:/etc/pulsar/client.pem,tlsKeyFile:/etc/pulsar/client.key
     # optional: a group of runners sharing the partitions (see .sink_group)
     assignmentTopic: persistent://public/default/orders-sink-assignments
     memberId: host-a                                # default <hostname>-<pid>
@@ -33,10 +39,11 @@ cleanly (in a group, its partitions move at once).
 
 The command (:mod:`pulsar_state.cli.sink`) takes the same ``--auth-*`` and
 ``--tls-*`` options as the other ``pulsar-state`` commands, for the broker and
-the admin API. The database password comes from the
-``PULSAR_STATE_DATABASE_PASSWORD`` environment variable rather than the config
-file (:func:`~.sql_backend.database_password`). ``--metrics-port`` serves
-Prometheus metrics and ``/healthz`` (:mod:`.sink_health`).
+the admin API; set on the command line they win over the config's keys above
+(:func:`runner_auth`), which otherwise apply to every call of the runner. The
+database password comes from the ``PULSAR_STATE_DATABASE_PASSWORD`` environment
+variable rather than the config file (:func:`~.sql_backend.database_password`).
+``--metrics-port`` serves Prometheus metrics and ``/healthz`` (:mod:`.sink_health`).
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import pulsar
@@ -58,10 +66,15 @@ from pulsar_state.connectors.sink_group import LOCAL_KEYS, GroupSettings, SinkGr
 from pulsar_state.connectors.sink_health import SINK_RECORDS, SinkHealth
 from pulsar_state.connectors.sql_backend import SinkDatabaseError
 from pulsar_state.errors import ConfigurationError, PoisonRecordError
+from pulsar_state.function_tls import admin_tls
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import PulsarMap
 
-__all__ = ["run_sink"]
+__all__ = ["AUTH_PARAMS", "AUTH_PLUGIN", "run_sink", "runner_auth"]
+
+#: the config keys of the runner's authentication (as ``client.conf`` spells them)
+AUTH_PLUGIN = "authPlugin"
+AUTH_PARAMS = "authParams"
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +144,32 @@ def _write(
     raise AssertionError("unreachable: tenacity returns or raises")
 
 
+def runner_auth(config: Mapping[str, Any], flags: ClusterAuth | None = None) -> ClusterAuth:
+    """The runner's authentication and TLS trust: the command line's (``flags``) where
+    it sets them, else the config's, spelled as ``client.conf`` spells them:
+    ``authPlugin`` / ``authParams``, ``tlsTrustCertsFilePath``,
+    ``tlsAllowInsecureConnection`` (either one turns the check off).
+
+    Raises:
+        ConfigurationError: a bad config setting (a trust file that is not a file, a
+            flag that is not a boolean, an unknown plugin).
+    """
+    flags = flags or ClusterAuth()
+    tls = admin_tls(config.get)
+    plugin, params = config.get(AUTH_PLUGIN) or None, config.get(AUTH_PARAMS) or None
+    for key, value in ((AUTH_PLUGIN, plugin), (AUTH_PARAMS, params)):
+        if value is not None and not isinstance(value, str):
+            raise ConfigurationError(f"sink config {key!r} must be a string, got {value!r}")
+    merged = flags
+    if flags.kind is None and plugin is not None:
+        merged = dataclasses.replace(merged, auth_plugin=plugin, auth_params=params)
+    if flags.tls_trust_cert_path is None and tls.trust_cert_path is not None:
+        merged = dataclasses.replace(merged, tls_trust_cert_path=tls.trust_cert_path)
+    if tls.allow_insecure and not flags.tls_allow_insecure:
+        merged = dataclasses.replace(merged, tls_allow_insecure=True)
+    return merged
+
+
 def run_sink(
     config: dict[str, Any],
     *,
@@ -141,22 +180,21 @@ def run_sink(
 ) -> SqlUpsertSink:
     """Consume and write until ``stop`` is set, interrupted or idle for ``max_idle_s``.
 
-    ``auth``: the broker's and admin API's authentication and TLS trust;
+    ``auth``: the broker's and admin API's authentication and TLS trust (the
+    command line's); the config's own settings fill in what it leaves unset
+    (:func:`runner_auth`) and reach every call: the client, the metadata map, the
+    group's store and map, the position check.
     ``health``: told when the runner consumes and when writes fail.
     """
     for key in ("serviceUrl", "topic", "subscription", "database"):
         if not config.get(key):
             raise ConfigurationError(f"sink config needs {key!r}")
-    auth = auth or ClusterAuth()
-    headers = auth.admin_headers()
+    auth = runner_auth(config, auth)
+    admin_url = config.get("adminUrl") or None
+    admin = auth.admin_endpoint(admin_url) if admin_url else None
     group = GroupSettings.from_config(config)  # validated before connecting
     if group is not None:
-        group = dataclasses.replace(
-            group,
-            admin_headers=headers,
-            admin_tls_trust_cert_path=auth.tls_trust_cert_path,
-            admin_tls_allow_insecure=auth.tls_allow_insecure,
-        )
+        group = dataclasses.replace(group, admin=auth.admin_endpoint(group.admin_url))
     stop = stop or threading.Event()
     health = health or SinkHealth()
     # the native logger: a Python one can abort the process at exit (see client_log)
@@ -164,21 +202,13 @@ def run_sink(
     sink = SqlUpsertSink()
     dead_letters = DeadLetters(client, config.get("deadLetterTopic"))
     try:
-        sink.open(
-            config,
-            admin_headers=headers,
-            admin_tls_trust_cert_path=auth.tls_trust_cert_path,
-            admin_tls_allow_insecure=auth.tls_allow_insecure,
-        )
+        sink.open(config, admin=admin)
         if config.get("metadataTopic"):
             shared = {k: v for k, v in config.items() if k not in LOCAL_KEYS}
             with PulsarMap[str, Any](
                 client,
                 config["metadataTopic"],
-                admin_url=config.get("adminUrl"),
-                admin_headers=headers,
-                admin_tls_trust_cert_path=auth.tls_trust_cert_path,
-                admin_tls_allow_insecure=auth.tls_allow_insecure,
+                admin=admin,
             ) as records:
                 version = record_metadata(
                     records,

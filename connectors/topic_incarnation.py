@@ -47,7 +47,7 @@ from urllib.parse import quote
 
 from prometheus_client import Counter
 
-from pulsar_state.admin import PulsarAdmin, tls_verify
+from pulsar_state.admin_endpoint import AdminEndpoint
 from pulsar_state.connectors.sql_backend import SinkDatabaseError
 from pulsar_state.errors import AdminUnreachableError, ConfigurationError
 from pulsar_state.position import Position
@@ -123,37 +123,25 @@ class PositionGuard:
     def __init__(
         self,
         *,
-        admin_url: str | None,
-        admin_headers: dict[str, str] | None = None,
-        admin_tls_trust_cert_path: str | None = None,
-        admin_tls_allow_insecure: bool = False,
+        admin: AdminEndpoint | None,
         mode: str = "reset",
         logger: Any = None,
         timeout_s: float = 10.0,
         retry_s: float = 30.0,
     ) -> None:
-        """``admin_headers``, ``admin_tls_trust_cert_path``, ``admin_tls_allow_insecure``:
-        the admin API's authentication and TLS trust, as the sink's other admin calls
-        have them (:func:`pulsar_state.admin.tls_verify`; a trust file that is not a
-        file is a ConfigurationError here, before any record)."""
+        """``admin``: the admin API with the authentication and TLS trust the sink's
+        other admin calls have (``None``: positions are not checked, counted as
+        unverified)."""
         if mode not in MISMATCH_MODES:
             raise ConfigurationError(
                 f"sink 'positionMismatch' must be one of {', '.join(MISMATCH_MODES)}, got {mode!r}"
             )
+        if admin is not None and not isinstance(admin, AdminEndpoint):
+            raise ConfigurationError(f"admin must be an AdminEndpoint, got {admin!r}")
         self.mode = mode
         self._log = logger or log
         self._admin = (
-            PulsarAdmin(
-                admin_url,
-                headers=admin_headers,
-                timeout_s=timeout_s,
-                retry_s=retry_s,
-                verify=tls_verify(
-                    admin_tls_trust_cert_path, allow_insecure=admin_tls_allow_insecure
-                ),
-            )
-            if admin_url
-            else None
+            admin.admin(timeout_s=timeout_s, retry_s=retry_s) if admin is not None else None
         )
         self._ranges: dict[str, TopicRange] = {}
         self._warned: set[tuple[str, str]] = set()

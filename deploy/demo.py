@@ -53,9 +53,7 @@ def _shared_state_demo(
         PulsarMap[str, int](
             c,
             topic,
-            admin_url=admin_url,
-            admin_headers=auth.admin_headers(),
-            admin_tls_trust_cert_path=auth.tls_trust_cert_path,
+            admin=auth.admin_endpoint(admin_url),
         )
         for c in clients
     ]
@@ -133,11 +131,9 @@ def smoke_demo(
     step(f"deploying the smoke function {'/'.join(fqn)} through the admin REST API")
     client = pulsar.Client(service_url, logger=client_logger(), **auth.client_kwargs())
     with DeployedFunction(
-        admin_url=admin_url,
+        admin=auth.admin_endpoint(admin_url),
         fqn=fqn,
         logs_dir=logs_dir,
-        headers=auth.admin_headers(),
-        verify=auth.requests_verify(),
     ) as function:
         try:
             consumer = client.subscribe(

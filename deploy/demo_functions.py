@@ -71,11 +71,9 @@ def _deploy(
         )
         admin.create_function(fqn=fqn, config=config, code=package)
     function = DeployedFunction(
-        admin_url=admin.admin_url,
+        admin=auth.admin_endpoint(admin.admin_url),
         fqn=fqn,
         logs_dir=logs_dir,
-        headers=auth.admin_headers(),
-        verify=auth.requests_verify(),
     )
     function.wait_ready(inputs=config["inputs"], instances=int(config["parallelism"]))
     return function
@@ -201,9 +199,7 @@ def functions_demo(
         with PulsarMap[str, Any](
             client,
             state_topic,
-            admin_url=admin_url,
-            admin_headers=auth.admin_headers(),
-            admin_tls_trust_cert_path=auth.tls_trust_cert_path,
+            admin=auth.admin_endpoint(admin_url),
         ) as counts:
             wc.wait_for(
                 lambda: counts.get("counter/the", latest=True).result(60) == expected["the"],

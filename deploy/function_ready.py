@@ -24,8 +24,9 @@ from typing import Any, TypeVar
 import pulsar
 
 from pulsar_state.admin import PulsarAdmin, topic_path
+from pulsar_state.admin_endpoint import AdminEndpoint
 from pulsar_state.deploy.errors import FunctionNotReadyError
-from pulsar_state.errors import PulsarStateError
+from pulsar_state.errors import ConfigurationError, PulsarStateError
 
 __all__ = ["DeployedFunction", "function_log"]
 
@@ -55,21 +56,36 @@ class DeployedFunction:
     def __init__(
         self,
         *,
-        admin_url: str,
+        admin_url: str | None = None,
+        admin: AdminEndpoint | None = None,
         fqn: tuple[str, str, str],
         logs_dir: Path | None = None,
         subscription: str | None = None,
         headers: dict[str, str] | None = None,
         verify: bool | str = True,
     ) -> None:
-        """``headers``: the admin API's authentication (``ClusterAuth.admin_headers()``);
-        ``verify``: its TLS trust (``ClusterAuth.requests_verify()``)."""
+        """``admin``: the admin API with its credentials (token, basic auth or TLS client
+        certificate) and TLS trust (``ClusterAuth.admin_endpoint(url)``). Or
+        ``admin_url`` with, if needed, ``headers`` (authentication) and ``verify``
+        (``requests``' TLS trust).
+
+        Raises:
+            ConfigurationError: neither or both of ``admin`` and ``admin_url``.
+        """
+        if (admin is None) == (admin_url is None):
+            raise ConfigurationError("give either admin (an AdminEndpoint) or admin_url")
         self.fqn = fqn
         self.name = "/".join(fqn)
         self.log = function_log(fqn, logs_dir)
         # the worker's default subscription name is the fully qualified function name
         self.subscription = subscription or self.name
-        self._admin = PulsarAdmin(admin_url, headers=headers, retry_s=30.0, verify=verify)
+        if admin is not None:
+            if headers is not None or verify is not True:
+                raise ConfigurationError("set headers and TLS trust on the AdminEndpoint")
+            self._admin = admin.admin(retry_s=30.0)
+        else:
+            assert admin_url is not None
+            self._admin = PulsarAdmin(admin_url, headers=headers, retry_s=30.0, verify=verify)
 
     def close(self) -> None:
         self._admin.close()

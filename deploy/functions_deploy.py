@@ -334,11 +334,9 @@ def _wait_ready(
     for fqn, config in deployed:
         inputs = list(config.get("inputs") or [])
         with DeployedFunction(
-            admin_url=admin_url,
+            admin=auth.admin_endpoint(admin_url),
             fqn=fqn,
             subscription=config.get("subName"),
-            headers=auth.admin_headers(),
-            verify=auth.requests_verify(),
         ) as function:
             function.wait_ready(
                 inputs=inputs, instances=int(config.get("parallelism", 1)), timeout_s=wait_s

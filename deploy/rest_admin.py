@@ -37,6 +37,7 @@ from tenacity import (
 )
 
 from pulsar_state.admin import refusal_reason
+from pulsar_state.admin_endpoint import AdminEndpoint
 from pulsar_state.cluster_auth import ClusterAuth
 from pulsar_state.deploy.errors import PulsarAdminError
 from pulsar_state.errors import AdminUnreachableError, ConfigurationError
@@ -115,14 +116,21 @@ class PulsarAdminRest:
         self._ready_wait_s = ready_wait_s
 
     @classmethod
+    def for_endpoint(cls, endpoint: AdminEndpoint, **kwargs: Any) -> PulsarAdminRest:
+        """A client of ``endpoint``: its URL, credentials, client certificate and TLS
+        trust; ``kwargs``: the timeouts."""
+        return cls(
+            admin_url=endpoint.url,
+            headers=dict(endpoint.headers or {}),
+            verify=endpoint.verify(),
+            cert=endpoint.client_cert,
+            **kwargs,
+        )
+
+    @classmethod
     def with_auth(cls, admin_url: str, auth: ClusterAuth) -> PulsarAdminRest:
         """A client authenticating and trusting TLS as ``auth`` says (the CLI's options)."""
-        return cls(
-            admin_url=admin_url,
-            headers=auth.admin_headers(),
-            verify=auth.requests_verify(),
-            cert=auth.admin_client_cert(),
-        )
+        return cls.for_endpoint(auth.admin_endpoint(admin_url))
 
     def close(self) -> None:
         self._session.close()

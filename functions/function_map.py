@@ -10,9 +10,11 @@ its topic (infinite retention), and the map ensures retention only then.
 An ``https://`` admin URL whose certificate a private CA signs needs that CA:
 ``userConfig.tlsTrustCertsFilePath``, the PEM file as ``client.conf`` and the
 functions worker spell it (:mod:`pulsar_state.function_tls`; a path on the host
-or pod where the instance runs). ``tlsAllowInsecureConnection: true`` (no
-certificate checked) is taken by the SQL sink's position check only, for now; a
-map refuses it.
+or pod where the instance runs). ``tlsAllowInsecureConnection: true`` checks no
+certificate (tests only). The token is the function's ``adminToken`` secret
+(:mod:`pulsar_state.function_secrets`); all three reach the map as one
+:class:`~pulsar_state.admin_endpoint.AdminEndpoint`
+(:func:`~pulsar_state.function_tls.function_admin_endpoint`).
 """
 
 from __future__ import annotations
@@ -20,14 +22,11 @@ from __future__ import annotations
 from typing import Any
 
 from pulsar_state.config import StateConfig
-from pulsar_state.function_tls import map_admin_tls
+from pulsar_state.function_tls import ADMIN_URL, function_admin_endpoint
 from pulsar_state.pulsar_map import PulsarMap
 from pulsar_state.topic_names import namespace_topic
 
 __all__ = ["ADMIN_URL", "function_topic", "open_function_map"]
-
-#: the user-config key of the admin REST URL
-ADMIN_URL = "adminUrl"
 
 
 def function_topic(context: Any, key: str, default_name: str) -> str:
@@ -40,24 +39,19 @@ def function_topic(context: Any, key: str, default_name: str) -> str:
     )
 
 
-def open_function_map(
-    context: Any, key: str, default_name: str, *, admin_headers: dict[str, str] | None = None
-) -> PulsarMap[str, Any]:
+def open_function_map(context: Any, key: str, default_name: str) -> PulsarMap[str, Any]:
     """Open the function's map on :func:`function_topic` (call it where the instance runs).
 
-    ``admin_headers``: the admin API's headers (authentication), if it needs any;
-    the admin API's TLS trust comes from the user config (:func:`map_admin_tls`).
+    Its admin API (URL, ``adminToken`` secret, TLS trust) is
+    :func:`~pulsar_state.function_tls.function_admin_endpoint`'s.
 
     Raises:
         ConfigurationError: a TLS setting is wrong (checked before anything connects).
     """
-    tls = map_admin_tls(context.get_user_config_value)
-    admin_url = context.get_user_config_value(ADMIN_URL)
+    admin = function_admin_endpoint(context)
     return PulsarMap(
         context.get_pulsar_client(),
         function_topic(context, key, default_name),
-        admin_url=admin_url,
-        admin_headers=admin_headers,
-        **tls,
-        config=StateConfig(ensure_retention=admin_url is not None),
+        admin=admin,
+        config=StateConfig(ensure_retention=admin is not None),
     )

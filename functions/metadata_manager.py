@@ -42,7 +42,6 @@ from typing import Any
 from pulsar import Function
 
 from pulsar_state.errors import PulsarStateError
-from pulsar_state.function_secrets import function_admin_headers
 from pulsar_state.functions.function_map import open_function_map
 from pulsar_state.instance_metrics import label_instance_metrics
 from pulsar_state.pulsar_map import MapOp, PulsarMap
@@ -103,12 +102,7 @@ class FunctionMetadataManager(Function):  # type: ignore[misc]
         with self._lock:
             if self._map is None:
                 label_instance_metrics(context)
-                self._map = open_function_map(
-                    context,
-                    "metadataTopic",
-                    "function-metadata",
-                    admin_headers=function_admin_headers(context),
-                )
+                self._map = open_function_map(context, "metadataTopic", "function-metadata")
             return self._map
 
     def process(self, input: Any, context: Any) -> str:

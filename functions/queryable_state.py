@@ -32,7 +32,7 @@ from urllib.parse import quote
 
 import pulsar
 
-from pulsar_state.admin import PulsarAdmin, tls_verify
+from pulsar_state.admin_endpoint import AdminEndpoint
 from pulsar_state.errors import (
     NotFoundError,
     PermissionDeniedError,
@@ -119,29 +119,21 @@ class FunctionStateReader:
         self,
         *,
         client: pulsar.Client,
-        admin_url: str,
-        admin_headers: dict[str, str] | None = None,
-        admin_tls_trust_cert_path: str | None = None,
-        admin_tls_allow_insecure: bool = False,
+        admin: AdminEndpoint | str,
         timeout_s: float = 30.0,
     ) -> None:
-        """``admin_tls_trust_cert_path`` / ``admin_tls_allow_insecure``: the admin API's
-        TLS trust (:func:`pulsar_state.admin.tls_verify`), for its own calls and its views'."""
+        """``admin``: the admin API with its credentials and TLS trust (an
+        :class:`~pulsar_state.admin_endpoint.AdminEndpoint`; a bare URL for none), for
+        its own calls and its views'."""
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+        endpoint = AdminEndpoint(url=admin) if isinstance(admin, str) else admin
+        if not isinstance(endpoint, AdminEndpoint):
+            raise TypeError(f"admin must be an AdminEndpoint or a URL, got {admin!r}")
         self._client = client
-        self._admin_url = admin_url
-        self._admin_headers = admin_headers
-        self._admin_tls_trust_cert_path = admin_tls_trust_cert_path
-        self._admin_tls_allow_insecure = admin_tls_allow_insecure
+        self._endpoint = endpoint
         self._timeout_s = timeout_s
-        self._admin = PulsarAdmin(
-            admin_url,
-            headers=admin_headers,
-            timeout_s=min(10.0, timeout_s),
-            retry_s=timeout_s,
-            verify=tls_verify(admin_tls_trust_cert_path, allow_insecure=admin_tls_allow_insecure),
-        )
+        self._admin = endpoint.admin(timeout_s=min(10.0, timeout_s), retry_s=timeout_s)
         self._lock = threading.Lock()
         self._topics: dict[str, _StateTopic] = {}
 
@@ -196,10 +188,7 @@ class FunctionStateReader:
                     codec=MapCodec(StrKeySerde(), JsonSerde()),
                     initializer=dict,
                     applier=apply_map_op,
-                    admin_url=self._admin_url,
-                    admin_headers=self._admin_headers,
-                    admin_tls_trust_cert_path=self._admin_tls_trust_cert_path,
-                    admin_tls_allow_insecure=self._admin_tls_allow_insecure,
+                    admin=self._endpoint,
                     timeout_s=self._timeout_s,
                 )
                 state = self._topics[topic] = _StateTopic(view)

@@ -48,7 +48,6 @@ from typing import Any
 
 from pulsar import Function
 
-from pulsar_state.function_secrets import function_admin_headers
 from pulsar_state.functions.function_map import open_function_map
 from pulsar_state.functions.metadata_manager import validate_fqn
 from pulsar_state.instance_metrics import label_instance_metrics
@@ -136,9 +135,7 @@ class SchedulerFunction(Function):  # type: ignore[misc]
         with self._lock:
             if key not in self._maps:
                 label_instance_metrics(context)
-                self._maps[key] = open_function_map(
-                    context, key, default_name, admin_headers=function_admin_headers(context)
-                )
+                self._maps[key] = open_function_map(context, key, default_name)
             return self._maps[key]
 
     @staticmethod

@@ -46,7 +46,6 @@ from typing import Any
 
 from pulsar import Function
 
-from pulsar_state.function_secrets import function_admin_headers
 from pulsar_state.functions.function_map import open_function_map
 from pulsar_state.instance_metrics import label_instance_metrics
 from pulsar_state.position import Position
@@ -148,10 +147,7 @@ class StatefulFunction(Function):  # type: ignore[misc]
                 require_in_order(context, "StatefulFunction")
                 label_instance_metrics(context)
                 self._map = open_function_map(
-                    context,
-                    "stateTopic",
-                    function_state_name(context.get_function_name()),
-                    admin_headers=function_admin_headers(context),
+                    context, "stateTopic", function_state_name(context.get_function_name())
                 )
             return self._map
 

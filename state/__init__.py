@@ -1,5 +1,6 @@
 """pulsar-shared-state: consistent shared state on Apache Pulsar."""
 
+from pulsar_state.admin_endpoint import AdminEndpoint
 from pulsar_state.aio import (
     AsyncCoordinationService,
     AsyncMapWatch,
@@ -57,6 +58,7 @@ __all__ = [
     "SharedStateManager",
     "SharedStateManagerBuilder",
     "StateConfig",
+    "AdminEndpoint",
     "RetryPolicy",
     "Position",
     "OpCodec",

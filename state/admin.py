@@ -74,7 +74,8 @@ def tls_verify(trust_cert_path: str | None, *, allow_insecure: bool = False) -> 
         not isinstance(trust_cert_path, str | Path) or not Path(trust_cert_path).is_file()
     ):
         raise ConfigurationError(
-            f"admin_tls_trust_cert_path {trust_cert_path!r} is not a file (a PEM CA bundle)"
+            f"the admin API's TLS trust cert path {trust_cert_path!r} is not a file (a PEM CA "
+            "bundle)"
         )
     if allow_insecure:
         return _insecure()
@@ -108,12 +109,16 @@ class PulsarAdmin:
         timeout_s: float = 10.0,
         retry_s: float = 60.0,
         verify: bool | str = True,
+        cert: tuple[str, str] | None = None,
     ) -> None:
         """``timeout_s`` bounds one HTTP attempt; idempotent calls are retried on
         connection errors, timeouts and 5xx answers for up to ``retry_s`` (a
         broker restart takes ~10-20 s), then fail with :class:`AdminUnreachableError`.
         ``verify``: ``requests``' TLS verification (see :func:`tls_verify`); a
-        certificate it does not trust fails at once, it is not retried."""
+        certificate it does not trust fails at once, it is not retried.
+        ``cert``: ``(certificate file, key file)`` of a TLS client certificate sent
+        with every call (TLS authentication). Build one from an
+        :class:`~pulsar_state.admin_endpoint.AdminEndpoint` (``endpoint.admin()``)."""
         if not admin_url.startswith(("http://", "https://")):
             raise StateTopicError(f"admin_url must be http(s)://..., got {admin_url!r}")
         self.admin_url = admin_url.rstrip("/")
@@ -122,6 +127,7 @@ class PulsarAdmin:
         # per request, not session.verify: requests lets REQUESTS_CA_BUNDLE override a
         # session's verify, but not a request's
         self._verify = _insecure() if verify is False else verify
+        self._cert = cert
         self._timeout_s = timeout_s
         self._retry_s = retry_s
 
@@ -151,14 +157,16 @@ class PulsarAdmin:
                 json=json,
                 timeout=self._timeout_s,
                 verify=self._verify,
+                cert=self._cert,
             )
         except requests.exceptions.SSLError as exc:
             # a certificate nobody told us to trust will not become trusted on retry
             raise AdminUnreachableError(
                 f"TLS to the Pulsar admin API at {self.admin_url} failed ({exc}): if its "
                 "certificate is signed by a private CA, pass that CA's PEM file "
-                "(admin_tls_trust_cert_path=...; on the command line --tls-trust-cert-path "
-                "or env PULSAR_TLS_TRUST_CERT_PATH; in a function's or sink's user config "
+                "(AdminEndpoint(tls_trust_cert_path=...); on the command line "
+                "--tls-trust-cert-path or env PULSAR_TLS_TRUST_CERT_PATH; in a function's or "
+                "sink's user config "
                 "tlsTrustCertsFilePath)"
             ) from exc
         except (requests.ConnectionError, requests.Timeout) as exc:
@@ -178,6 +186,14 @@ class PulsarAdmin:
     ) -> None:
         if resp.status_code in ok:
             return
+        if resp.status_code == 401:
+            raise PermissionDeniedError(
+                f"{what}: the admin API did not accept this client's credentials "
+                f"(401: {refusal_reason(resp)}); pass a token (--auth-token, or the auth "
+                "plugin token), basic auth, or a TLS client certificate (--auth-plugin tls "
+                "--auth-params tlsCertFile:...,tlsKeyFile:...; in code, an AdminEndpoint's "
+                "headers or client_cert)"
+            )
         if resp.status_code in (401, 403) and read_only:
             raise PermissionDeniedError(
                 f"{what}: not permitted for this role "

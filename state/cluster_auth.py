@@ -5,7 +5,8 @@
 ``--auth-token``) and ``--tls-trust-cert-path`` / ``--tls-allow-insecure`` /
 ``--tls-enable-hostname-verification``, and turns it into the Pulsar client's
 arguments (:meth:`ClusterAuth.client_kwargs`) and the admin REST API's
-(:meth:`ClusterAuth.admin_headers`, :meth:`ClusterAuth.requests_verify`).
+(:meth:`ClusterAuth.admin_endpoint`: headers, client certificate and trust in
+one :class:`~pulsar_state.admin_endpoint.AdminEndpoint`).
 
 Plugins, by their Java class name (as in ``client.conf``) or a short name:
 
@@ -33,6 +34,7 @@ from typing import Any
 import pulsar
 
 from pulsar_state.admin import tls_verify
+from pulsar_state.admin_endpoint import AdminEndpoint
 from pulsar_state.errors import ConfigurationError
 
 __all__ = ["ClusterAuth"]
@@ -207,7 +209,27 @@ class ClusterAuth:
         if self.kind != "tls":
             return None
         pairs = _key_values(self.auth_params or "")
-        return pairs["tlsCertFile"], pairs["tlsKeyFile"]
+        try:
+            return pairs["tlsCertFile"], pairs["tlsKeyFile"]
+        except KeyError as exc:
+            raise ConfigurationError(f"tls auth params need {exc.args[0]}") from None
+
+    def admin_endpoint(self, url: str) -> AdminEndpoint:
+        """How to reach the admin API at ``url`` with these credentials and this trust:
+        the ``Authorization`` header (token, basic), the client certificate (tls), the
+        CA bundle and the insecure flag, in one value.
+
+        Raises:
+            ConfigurationError: a bad URL, oauth2 (not for the admin calls here), or a
+                certificate, key or trust file that is not a file.
+        """
+        return AdminEndpoint(
+            url=url,
+            headers=self.admin_headers(),
+            tls_trust_cert_path=self.tls_trust_cert_path,
+            tls_allow_insecure=self.tls_allow_insecure,
+            client_cert=self.admin_client_cert(),
+        )
 
     def pulsar_admin_args(self) -> list[str]:
         """The same settings as ``pulsar-admin``'s global options."""

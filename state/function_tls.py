@@ -8,7 +8,9 @@ functions worker spell it (a path on the host or pod where the instance runs).
 ``tlsAllowInsecureConnection: true`` turns the certificate check off (tests
 only). Both are read and validated by :func:`admin_tls` when the function opens
 its state, before anything connects; the credentials are the secret
-``adminToken`` (:mod:`pulsar_state.function_secrets`).
+``adminToken`` (:mod:`pulsar_state.function_secrets`). :func:`function_admin_endpoint`
+puts the URL, the token and the trust into the one
+:class:`~pulsar_state.admin_endpoint.AdminEndpoint` the core takes.
 """
 
 from __future__ import annotations
@@ -18,9 +20,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pulsar_state.admin_endpoint import AdminEndpoint
 from pulsar_state.errors import ConfigurationError
+from pulsar_state.function_secrets import function_admin_headers
 
-__all__ = ["TLS_ALLOW_INSECURE", "TLS_TRUST_CERTS", "AdminTls", "admin_tls", "map_admin_tls"]
+__all__ = [
+    "ADMIN_URL",
+    "TLS_ALLOW_INSECURE",
+    "TLS_TRUST_CERTS",
+    "AdminTls",
+    "admin_tls",
+    "config_admin_endpoint",
+    "function_admin_endpoint",
+]
+
+#: the user-config key of the admin API's URL
+ADMIN_URL = "adminUrl"
 
 #: the user-config key of the CA bundle that signs the admin API's certificate
 TLS_TRUST_CERTS = "tlsTrustCertsFilePath"
@@ -64,18 +79,37 @@ def admin_tls(config_value: Callable[[str], Any]) -> AdminTls:
     return AdminTls(trust_cert_path=trust, allow_insecure=insecure)
 
 
-def map_admin_tls(config_value: Callable[[str], Any]) -> dict[str, Any]:
-    """The TLS keyword arguments a function's ``PulsarMap`` gets (:func:`admin_tls`):
-    ``admin_tls_trust_cert_path`` and ``admin_tls_allow_insecure``.
-
-    Returns:
-        ``PulsarMap``/``MetadataStore`` keyword arguments.
+def config_admin_endpoint(
+    config_value: Callable[[str], Any], *, headers: dict[str, str] | None = None
+) -> AdminEndpoint | None:
+    """The admin API of a function's or sink's config: :data:`ADMIN_URL` with the
+    config's TLS trust (:func:`admin_tls`) and ``headers`` (the credentials);
+    ``None`` without an admin URL.
 
     Raises:
-        ConfigurationError: as :func:`admin_tls`.
+        ConfigurationError: as :func:`admin_tls`, or a URL that is not http(s)://.
     """
     tls = admin_tls(config_value)
-    return {
-        "admin_tls_trust_cert_path": tls.trust_cert_path,
-        "admin_tls_allow_insecure": tls.allow_insecure,
-    }
+    url = config_value(ADMIN_URL)
+    if url in (None, ""):
+        return None
+    if not isinstance(url, str):
+        raise ConfigurationError(f"user config {ADMIN_URL} must be a URL, got {url!r}")
+    return AdminEndpoint(
+        url=url,
+        headers=headers,
+        tls_trust_cert_path=tls.trust_cert_path,
+        tls_allow_insecure=tls.allow_insecure,
+    )
+
+
+def function_admin_endpoint(context: Any) -> AdminEndpoint | None:
+    """The admin API of a function instance: its user config's :data:`ADMIN_URL` and
+    TLS settings, its ``adminToken`` secret (:func:`function_admin_headers`).
+
+    Raises:
+        ConfigurationError: as :func:`config_admin_endpoint`.
+    """
+    return config_admin_endpoint(
+        context.get_user_config_value, headers=function_admin_headers(context)
+    )

@@ -27,7 +27,8 @@ from typing import Any, Generic, Self, TypeVar
 import pulsar
 
 from pulsar_state import forks, futures, metrics
-from pulsar_state.admin import PulsarAdmin, tls_verify
+from pulsar_state.admin import PulsarAdmin
+from pulsar_state.admin_endpoint import AdminEndpoint, resolve_admin
 from pulsar_state.checkpoint import LoadedCheckpoint, MapCheckpointer
 from pulsar_state.checkpoint_format import Manifest
 from pulsar_state.config import StateConfig
@@ -62,23 +63,34 @@ class SharedStateManager(Generic[S, Op]):
         topic: str,
         *,
         admin_url: str | None = None,
+        admin: AdminEndpoint | None = None,
         admin_headers: dict[str, str] | None = None,
         admin_tls_trust_cert_path: str | None = None,
         admin_tls_allow_insecure: bool = False,
     ) -> SharedStateManagerBuilder[Any, Any]:
         """PIP-137's builder for a manager on ``topic``: ``builder(...).with_...().build()``.
 
+        ``admin_url`` / ``admin``: the admin API, as for the manager itself.
+
         Returns:
             A new :class:`SharedStateManagerBuilder`; nothing is connected
             until :meth:`SharedStateManagerBuilder.build`.
+
+        Raises:
+            ConfigurationError: both ``admin_url`` and ``admin``, or a bad endpoint.
         """
         return SharedStateManagerBuilder(
             client,
             topic,
-            admin_url=admin_url,
-            admin_headers=admin_headers,
-            admin_tls_trust_cert_path=admin_tls_trust_cert_path,
-            admin_tls_allow_insecure=admin_tls_allow_insecure,
+            admin=resolve_admin(
+                admin_url,
+                admin,
+                legacy={
+                    "admin_headers": admin_headers,
+                    "admin_tls_trust_cert_path": admin_tls_trust_cert_path,
+                    "admin_tls_allow_insecure": admin_tls_allow_insecure,
+                },
+            ),
         )
 
     def __init__(
@@ -91,6 +103,7 @@ class SharedStateManager(Generic[S, Op]):
         applier: Callable[[S, Op], Any],
         config: StateConfig | None = None,
         admin_url: str | None = None,
+        admin: AdminEndpoint | None = None,
         admin_headers: dict[str, str] | None = None,
         admin_tls_trust_cert_path: str | None = None,
         admin_tls_allow_insecure: bool = False,
@@ -98,6 +111,22 @@ class SharedStateManager(Generic[S, Op]):
         snapshots: SnapshotPolicy[S] | None = None,
         checkpointer: Callable[[str, PulsarAdmin | None], MapCheckpointer] | None = None,
     ) -> None:
+        """``admin_url``: the admin API's URL, the shorthand of ``admin``, an
+        :class:`~pulsar_state.admin_endpoint.AdminEndpoint` that also holds its
+        credentials (token, basic auth or TLS client certificate) and TLS trust
+        (``ClusterAuth.admin_endpoint(url)`` builds one); give one of them.
+        ``admin_headers``, ``admin_tls_trust_cert_path``, ``admin_tls_allow_insecure``:
+        deprecated, set them on the endpoint.
+        """
+        endpoint = resolve_admin(
+            admin_url,
+            admin,
+            legacy={
+                "admin_headers": admin_headers,
+                "admin_tls_trust_cert_path": admin_tls_trust_cert_path,
+                "admin_tls_allow_insecure": admin_tls_allow_insecure,
+            },
+        )
         if not isinstance(client, pulsar.Client):
             raise TypeError(f"client must be a pulsar.Client, got {type(client).__name__}")
         if not callable(initializer) or not callable(applier):
@@ -107,22 +136,18 @@ class SharedStateManager(Generic[S, Op]):
         self.config = config or StateConfig()
         self.topic = full_topic_name(topic)
         self._admin = (
-            PulsarAdmin(
-                admin_url,
-                headers=admin_headers,
+            endpoint.admin(
                 timeout_s=min(10.0, self.config.operation_timeout_s),
                 retry_s=self.config.operation_timeout_s,
-                verify=tls_verify(
-                    admin_tls_trust_cert_path, allow_insecure=admin_tls_allow_insecure
-                ),
             )
-            if admin_url
+            if endpoint is not None
             else None
         )
         if self.config.ensure_retention and self._admin is None:
             raise ConfigurationError(
                 "admin_url is required to protect the state topic (infinite retention, no "
-                "inactive deletion); pass admin_url=... or StateConfig(ensure_retention=False) "
+                "inactive deletion); pass admin_url=... (or admin=AdminEndpoint(...)) or "
+                "StateConfig(ensure_retention=False) "
                 "if the namespace is already configured so"
             )
         if self._admin is not None:
@@ -532,17 +557,11 @@ class SharedStateManagerBuilder(Generic[S, Op]):
         client: pulsar.Client,
         topic: str,
         *,
-        admin_url: str | None,
-        admin_headers: dict[str, str] | None,
-        admin_tls_trust_cert_path: str | None = None,
-        admin_tls_allow_insecure: bool = False,
+        admin: AdminEndpoint | None,
     ) -> None:
         self._client = client
         self._topic = topic
-        self._admin_url = admin_url
-        self._admin_headers = admin_headers
-        self._admin_tls_trust_cert_path = admin_tls_trust_cert_path
-        self._admin_tls_allow_insecure = admin_tls_allow_insecure
+        self._admin_endpoint = admin
         self._serializer: Callable[[Op], bytes] | None = None
         self._deserializer: Callable[[bytes], Op] | None = None
         self._codec: OpCodec[Op] | None = None
@@ -650,10 +669,7 @@ class SharedStateManagerBuilder(Generic[S, Op]):
             initializer=self._initializer,
             applier=self._applier,
             config=self._config,
-            admin_url=self._admin_url,
-            admin_headers=self._admin_headers,
-            admin_tls_trust_cert_path=self._admin_tls_trust_cert_path,
-            admin_tls_allow_insecure=self._admin_tls_allow_insecure,
+            admin=self._admin_endpoint,
             compactable=self._compactable,
             snapshots=self._snapshots,
         )

@@ -40,6 +40,7 @@ from concurrent.futures import Future
 import pulsar
 
 from pulsar_state import futures
+from pulsar_state.admin_endpoint import AdminEndpoint, resolve_admin
 from pulsar_state.config import DEFAULT_COMPACTION_THRESHOLD_BYTES, StateConfig
 from pulsar_state.errors import (
     ConfigurationError,
@@ -93,7 +94,8 @@ class MetadataStore(BaseMetadataStore):
         client: pulsar.Client,
         topic: str,
         *,
-        admin_url: str,
+        admin_url: str | None = None,
+        admin: AdminEndpoint | None = None,
         admin_headers: dict[str, str] | None = None,
         admin_tls_trust_cert_path: str | None = None,
         admin_tls_allow_insecure: bool = False,
@@ -101,8 +103,24 @@ class MetadataStore(BaseMetadataStore):
         session_timeout_s: float = 10.0,
         session_check_interval_s: float = 1.0,
     ) -> None:
-        if not admin_url:
-            raise ConfigurationError("admin_url is required (topic protection, session checks)")
+        """``admin_url`` (a URL) or ``admin`` (an
+        :class:`~pulsar_state.admin_endpoint.AdminEndpoint` with credentials and TLS
+        trust): the admin API, required. ``admin_headers``,
+        ``admin_tls_trust_cert_path`` and ``admin_tls_allow_insecure`` are
+        deprecated: set them on the endpoint."""
+        endpoint = resolve_admin(
+            admin_url,
+            admin,
+            legacy={
+                "admin_headers": admin_headers,
+                "admin_tls_trust_cert_path": admin_tls_trust_cert_path,
+                "admin_tls_allow_insecure": admin_tls_allow_insecure,
+            },
+        )
+        if endpoint is None:
+            raise ConfigurationError(
+                "admin_url (or admin) is required (topic protection, session checks)"
+            )
         if session_timeout_s <= 0 or session_check_interval_s <= 0:
             raise ConfigurationError("session timeouts must be > 0")
         super().__init__(session_id=uuid.uuid4().hex)
@@ -120,21 +138,18 @@ class MetadataStore(BaseMetadataStore):
             config=(config or StateConfig()).with_default_compaction(
                 DEFAULT_COMPACTION_THRESHOLD_BYTES
             ),
-            admin_url=admin_url,
-            admin_headers=admin_headers,
-            admin_tls_trust_cert_path=admin_tls_trust_cert_path,
-            admin_tls_allow_insecure=admin_tls_allow_insecure,
+            admin=endpoint,
             compactable=True,
         )
         self._pending.clear()  # bootstrap's changes are history, not news
         self.manager.add_listener(self._on_write)
         self.sessions_topic = sessions_topic(self.manager.topic)
-        admin = self.manager.admin
-        assert admin is not None
+        admin_client = self.manager.admin
+        assert admin_client is not None
         self._client = client
         try:
-            admin.ensure_topic(self.sessions_topic)
-            admin.protect(self.sessions_topic)
+            admin_client.ensure_topic(self.sessions_topic)
+            admin_client.protect(self.sessions_topic)
             self._subscribe_session()
         except (PulsarStateError, pulsar.PulsarException):
             self.manager.close()

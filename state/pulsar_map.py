@@ -47,6 +47,7 @@ import pulsar
 
 from pulsar_state import futures
 from pulsar_state.admin import PulsarAdmin
+from pulsar_state.admin_endpoint import AdminEndpoint, resolve_admin
 from pulsar_state.checkpoint import CheckpointPolicy, MapCheckpointer, arrow_available
 from pulsar_state.checkpoint_format import Manifest
 from pulsar_state.config import DEFAULT_COMPACTION_THRESHOLD_BYTES, StateConfig
@@ -77,6 +78,7 @@ class PulsarMap(Generic[K, V]):
         topic: str,
         *,
         admin_url: str | None = None,
+        admin: AdminEndpoint | None = None,
         admin_headers: dict[str, str] | None = None,
         admin_tls_trust_cert_path: str | None = None,
         admin_tls_allow_insecure: bool = False,
@@ -85,6 +87,20 @@ class PulsarMap(Generic[K, V]):
         config: StateConfig | None = None,
         checkpoints: CheckpointPolicy | bool | None = None,
     ) -> None:
+        """``admin_url`` (a URL) or ``admin`` (an
+        :class:`~pulsar_state.admin_endpoint.AdminEndpoint`: the URL with its
+        credentials, TLS client certificate and trust): the admin API that protects
+        the topic. ``admin_headers``, ``admin_tls_trust_cert_path`` and
+        ``admin_tls_allow_insecure`` are deprecated: set them on the endpoint."""
+        endpoint = resolve_admin(
+            admin_url,
+            admin,
+            legacy={
+                "admin_headers": admin_headers,
+                "admin_tls_trust_cert_path": admin_tls_trust_cert_path,
+                "admin_tls_allow_insecure": admin_tls_allow_insecure,
+            },
+        )
         self._client = client
         self._watches: set[MapWatch[K, V]] = set()
         self._watches_lock = threading.Lock()
@@ -99,7 +115,7 @@ class PulsarMap(Generic[K, V]):
             checkpoints,
             config.max_write_bytes,
             # only then can the checkpoint topic get zero retention (old ones trimmed)
-            protected=admin_url is not None and config.ensure_retention,
+            protected=endpoint is not None and config.ensure_retention,
         )
         codec = self._codec
 
@@ -124,10 +140,7 @@ class PulsarMap(Generic[K, V]):
             initializer=dict,
             applier=apply_map_op,
             config=config,
-            admin_url=admin_url,
-            admin_headers=admin_headers,
-            admin_tls_trust_cert_path=admin_tls_trust_cert_path,
-            admin_tls_allow_insecure=admin_tls_allow_insecure,
+            admin=endpoint,
             compactable=True,
             checkpointer=checkpointer if policy is not None else None,
         )

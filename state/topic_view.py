@@ -30,7 +30,7 @@ from typing import Any, Generic, Self, TypeVar
 
 import pulsar
 
-from pulsar_state.admin import PulsarAdmin, tls_verify
+from pulsar_state.admin_endpoint import AdminEndpoint
 from pulsar_state.errors import OperationTimeoutError, PermissionDeniedError, StateTopicError
 from pulsar_state.op_codec import OpCodec
 from pulsar_state.replay import AppliedWrite, LogReplay
@@ -55,29 +55,24 @@ class TopicView(Generic[S, Op]):
         codec: OpCodec[Op],
         initializer: Callable[[], S],
         applier: Callable[[S, Op], Any],
-        admin_url: str,
-        admin_headers: dict[str, str] | None = None,
-        admin_tls_trust_cert_path: str | None = None,
-        admin_tls_allow_insecure: bool = False,
+        admin: AdminEndpoint | str,
         timeout_s: float = 30.0,
     ) -> None:
-        """``admin_tls_trust_cert_path`` / ``admin_tls_allow_insecure``: the admin API's
-        TLS trust (:func:`pulsar_state.admin.tls_verify`)."""
+        """``admin``: the admin API that checks the topic exists, with its credentials
+        and TLS trust (an :class:`~pulsar_state.admin_endpoint.AdminEndpoint`; a bare
+        URL for none)."""
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
         self.topic = full_topic_name(topic)
         self.timeout_s = timeout_s
-        admin = PulsarAdmin(
-            admin_url,
-            headers=admin_headers,
-            timeout_s=min(10.0, timeout_s),
-            retry_s=timeout_s,
-            verify=tls_verify(admin_tls_trust_cert_path, allow_insecure=admin_tls_allow_insecure),
-        )
+        endpoint = AdminEndpoint(url=admin) if isinstance(admin, str) else admin
+        if not isinstance(endpoint, AdminEndpoint):
+            raise TypeError(f"admin must be an AdminEndpoint or a URL, got {admin!r}")
+        admin_client = endpoint.admin(timeout_s=min(10.0, timeout_s), retry_s=timeout_s)
         try:
-            admin.require_topic(self.topic)
+            admin_client.require_topic(self.topic)
         finally:
-            admin.close()
+            admin_client.close()
         self._replay: LogReplay[S, Op] = LogReplay(
             topic=self.topic, codec=codec, applier=applier, state=initializer()
         )

@@ -34,7 +34,7 @@ import click
 
 from pulsar_state.cli.exit_codes import EXIT_CODES_EPILOG
 from pulsar_state.cli.options import (
-    admin_headers,
+    admin_endpoint,
     cluster_auth,
     cluster_client,
     cluster_options,
@@ -102,10 +102,7 @@ def _state_reader(cluster: dict[str, Any], timeout: float) -> Iterator[FunctionS
     with cluster_client(cluster["service_url"], timeout, auth) as client:
         reader = FunctionStateReader(
             client=client,
-            admin_url=cluster["admin_url"],
-            admin_headers=admin_headers(auth),
-            admin_tls_trust_cert_path=auth.tls_trust_cert_path,
-            admin_tls_allow_insecure=auth.tls_allow_insecure,
+            admin=admin_endpoint(cluster, auth),
             timeout_s=timeout,
         )
         try:

@@ -31,9 +31,9 @@ from typing import Any, TextIO
 import click
 from tqdm import tqdm
 
-from pulsar_state.admin import PulsarAdmin
 from pulsar_state.cli.exit_codes import ERROR, EXIT_CODES_EPILOG, NotFoundExit
 from pulsar_state.cli.options import (
+    admin_endpoint,
     cluster_auth,
     cluster_client,
     cluster_options,
@@ -74,10 +74,7 @@ def _open_map(ctx: click.Context, topic: str | None = None) -> Iterator[PulsarMa
         PulsarMap[str, Any](
             client,
             topic or _group_topic(ctx),
-            admin_url=opts["admin_url"],
-            admin_headers=auth.admin_headers(),
-            admin_tls_trust_cert_path=auth.tls_trust_cert_path,
-            admin_tls_allow_insecure=auth.tls_allow_insecure,
+            admin=admin_endpoint(opts, auth),
             config=StateConfig(operation_timeout_s=opts["timeout"]),
         ) as m,
     ):
@@ -226,12 +223,8 @@ def _log_feed(ctx: click.Context, topic: str, on_write: Any) -> Iterator[LogFeed
     opts = ctx.obj
     auth = cluster_auth(opts)
     with cluster_client(opts["service_url"], opts["timeout"], auth) as client:
-        admin = PulsarAdmin(
-            opts["admin_url"],
-            headers=auth.admin_headers(),
-            timeout_s=min(10.0, opts["timeout"]),
-            retry_s=opts["timeout"],
-            verify=auth.requests_verify(),
+        admin = admin_endpoint(opts, auth).admin(
+            timeout_s=min(10.0, opts["timeout"]), retry_s=opts["timeout"]
         )
         try:
             admin.require_topic(topic)

@@ -34,6 +34,7 @@ import click
 
 from pulsar_state.cli.exit_codes import EXIT_CODES_EPILOG, NotFoundExit
 from pulsar_state.cli.options import (
+    admin_endpoint,
     cluster_auth,
     cluster_client,
     cluster_options,
@@ -67,10 +68,7 @@ def _open_store(ctx: click.Context) -> Iterator[MetadataStore]:
         MetadataStore(
             client,
             opts["topic"],
-            admin_url=opts["admin_url"],
-            admin_headers=auth.admin_headers(),
-            admin_tls_trust_cert_path=auth.tls_trust_cert_path,
-            admin_tls_allow_insecure=auth.tls_allow_insecure,
+            admin=admin_endpoint(opts, auth),
             config=StateConfig(operation_timeout_s=opts["timeout"]),
         ) as store,
     ):

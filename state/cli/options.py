@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import click
 import pulsar
 
+from pulsar_state.admin_endpoint import AdminEndpoint
 from pulsar_state.client_log import client_logger
 from pulsar_state.cluster_auth import ClusterAuth
 from pulsar_state.errors import ConfigurationError, StateTopicError
@@ -24,7 +25,7 @@ from pulsar_state.topic_view import TopicView
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
-    "admin_headers",
+    "admin_endpoint",
     "auth_options",
     "cluster_auth",
     "cluster_client",
@@ -151,13 +152,14 @@ def cluster_options(fn: F) -> F:
 def cluster_auth(opts: Mapping[str, Any]) -> ClusterAuth:
     """The :func:`auth_options` of a command as a :class:`ClusterAuth`; bad ones are usage errors.
 
-    Commands hand its trust bundle to each admin client they open
-    (``admin_tls_trust_cert_path``): an environment's ``REQUESTS_CA_BUNDLE`` does not
-    override it.
+    Commands hand it whole to each admin client they open (:func:`admin_endpoint`): its
+    trust bundle wins over an environment's ``REQUESTS_CA_BUNDLE``.
     """
     try:
         auth = ClusterAuth.from_options(opts)
-        auth.admin_headers()  # an unusable combination fails here, not mid-command
+        # an unusable combination fails here, not mid-command
+        auth.admin_headers()
+        auth.admin_client_cert()
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from exc
     return auth
@@ -177,10 +179,16 @@ def _auth(auth: ClusterAuth | str | None) -> ClusterAuth:
     return ClusterAuth(auth_token=auth or None)
 
 
-def admin_headers(auth: ClusterAuth | str | None) -> dict[str, str] | None:
-    """The admin API's headers for ``auth`` (a :class:`ClusterAuth`, or a bare token)."""
+def admin_endpoint(opts: Mapping[str, Any], auth: ClusterAuth | None = None) -> AdminEndpoint:
+    """The admin API of a command's ``--admin-url`` with its ``--auth-*`` credentials (a
+    token or basic header, a TLS client certificate) and ``--tls-*`` trust, in one value;
+    a bad setting is a usage error.
+
+    ``auth``: the command's :func:`cluster_auth` if already made.
+    """
+    auth = auth if auth is not None else cluster_auth(opts)
     try:
-        return _auth(auth).admin_headers()
+        return auth.admin_endpoint(opts["admin_url"])
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from exc
 
@@ -232,10 +240,7 @@ def read_only_view(
             codec=codec,
             initializer=initializer,
             applier=applier,
-            admin_url=opts["admin_url"],
-            admin_headers=auth.admin_headers(),
-            admin_tls_trust_cert_path=auth.tls_trust_cert_path,
-            admin_tls_allow_insecure=auth.tls_allow_insecure,
+            admin=admin_endpoint(opts, auth),
             timeout_s=timeout_s,
         ) as view,
     ):

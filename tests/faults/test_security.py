@@ -23,7 +23,13 @@ import pytest
 import requests
 from harness import REPO_ROOT, pulsar_state_cli, unique_topic
 
-from pulsar_state import PermissionDeniedError, PulsarMap, StateConfig, StateTopicError
+from pulsar_state import (
+    AdminEndpoint,
+    PermissionDeniedError,
+    PulsarMap,
+    StateConfig,
+    StateTopicError,
+)
 from pulsar_state.admin import topic_path
 from pulsar_state.deploy.standalone import StandaloneBroker
 from pulsar_state.deploy.token_auth import TokenAuthority
@@ -49,6 +55,9 @@ class SecuredBroker:
 
     def headers(self, role: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.authority.token(role)}"}
+
+    def endpoint(self, role: str) -> AdminEndpoint:
+        return AdminEndpoint(url=self.admin_url, headers=self.headers(role))
 
 
 @pytest.fixture(scope="module")
@@ -82,9 +91,7 @@ def seeded(secured: SecuredBroker) -> Iterator[str]:
     topic = unique_topic("sec", NAMESPACE)
     client = secured.client("admin")
     try:
-        with PulsarMap[str, int](
-            client, topic, admin_url=secured.admin_url, admin_headers=secured.headers("admin")
-        ) as m:
+        with PulsarMap[str, int](client, topic, admin=secured.endpoint("admin")) as m:
             m.put("a", 1).result(60)
         yield topic
     finally:
@@ -94,9 +101,7 @@ def seeded(secured: SecuredBroker) -> Iterator[str]:
 def _items(secured: SecuredBroker, topic: str) -> dict[str, int]:
     client = secured.client("admin")
     try:
-        with PulsarMap[str, int](
-            client, topic, admin_url=secured.admin_url, admin_headers=secured.headers("admin")
-        ) as m:
+        with PulsarMap[str, int](client, topic, admin=secured.endpoint("admin")) as m:
             return m.items(latest=True).result(60)
     finally:
         client.close()
@@ -124,9 +129,7 @@ def test_a_role_without_admin_rights_is_told_how_to_open(
     client = secured.client("reader")
     try:
         with pytest.raises(PermissionDeniedError, match="ensure_retention=False"):
-            PulsarMap[str, int](
-                client, seeded, admin_url=secured.admin_url, admin_headers=secured.headers("reader")
-            )
+            PulsarMap[str, int](client, seeded, admin=secured.endpoint("reader"))
     finally:
         client.close()
 

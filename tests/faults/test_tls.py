@@ -4,7 +4,7 @@ The broker's certificate is signed by a private CA (``trustme``), so nothing
 trusts it by default: each entry point must be told to, the way ``pulsar-admin``
 and ``pulsar-client`` spell it (``--tls-trust-cert-path``, env
 ``PULSAR_TLS_TRUST_CERT_PATH``; in code, the client's
-``tls_trust_certs_file_path`` and the core's ``admin_tls_trust_cert_path``), and
+``tls_trust_certs_file_path`` and the core's ``AdminEndpoint(tls_trust_cert_path=...)``), and
 one that is not must fail with a clear message, never hang or change anything.
 """
 
@@ -30,7 +30,13 @@ import trustme
 from cryptography.hazmat.primitives import serialization
 from harness import REPO_ROOT, pulsar_state_cli, unique_topic
 
-from pulsar_state import ConfigurationError, MetadataStore, PulsarMap, PulsarStateError
+from pulsar_state import (
+    AdminEndpoint,
+    ConfigurationError,
+    MetadataStore,
+    PulsarMap,
+    PulsarStateError,
+)
 from pulsar_state.cluster_auth import ClusterAuth
 from pulsar_state.connectors.sink import SinkRecord, SqlUpsertSink
 from pulsar_state.connectors.sink_runner import run_sink
@@ -124,16 +130,14 @@ def test_the_core_over_tls_with_the_trusted_ca(tls_broker: TlsBroker) -> None:
         with PulsarMap[str, int](
             client,
             topic,
-            admin_url=tls_broker.admin_url,
-            admin_tls_trust_cert_path=tls_broker.ca_file,
+            admin=AdminEndpoint(url=tls_broker.admin_url, tls_trust_cert_path=tls_broker.ca_file),
         ) as m:
             m.put("a", 1).result(60)
             assert m.get("a", latest=True).result(60) == 1
         with MetadataStore(
             client,
             unique_topic("tls-meta"),
-            admin_url=tls_broker.admin_url,
-            admin_tls_trust_cert_path=tls_broker.ca_file,
+            admin=AdminEndpoint(url=tls_broker.admin_url, tls_trust_cert_path=tls_broker.ca_file),
         ) as store:
             store.put("/x", b"1", -1).result(60)
             got = store.get("/x").result(60)
@@ -154,8 +158,9 @@ def test_the_core_refuses_an_admin_url_it_cannot_trust(tls_broker: TlsBroker) ->
             PulsarMap[str, int](
                 client,
                 unique_topic("tls-nofile"),
-                admin_url=tls_broker.admin_url,
-                admin_tls_trust_cert_path="/nonexistent/ca.pem",
+                admin=AdminEndpoint(
+                    url=tls_broker.admin_url, tls_trust_cert_path="/nonexistent/ca.pem"
+                ),
             )
     finally:
         client.close()
@@ -327,7 +332,7 @@ def test_the_sinks_position_check_trusts_the_ca_of_its_config(
     sink = SqlUpsertSink()
     sink.open(
         {k: v for k, v in config.items() if k != "tlsTrustCertsFilePath"},
-        admin_tls_trust_cert_path=tls_broker.ca_file,
+        admin=AdminEndpoint(url=tls_broker.admin_url, tls_trust_cert_path=tls_broker.ca_file),
     )
     try:
         assert sink.write(record) is False
@@ -504,3 +509,56 @@ def test_the_demos_shared_state_step_on_a_tls_cluster(tls_broker: TlsBroker) -> 
     _shared_state_demo(
         tls_broker.service_url, tls_broker.admin_url, unique_topic("x").rsplit("-", 1)[1], auth
     )
+
+
+def test_sink_run_takes_the_tls_trust_of_its_yaml_for_every_call(
+    tls_broker: TlsBroker, tmp_path: Path
+) -> None:
+    """``pulsar-state sink run --config sink.yaml`` whose CA comes only from the YAML's
+    ``tlsTrustCertsFilePath``: the client, the metadata map's admin calls and the
+    position check all trust it (only the position check did before)."""
+    topic = unique_topic("tls-yaml")
+    _keyed_record(tls_broker, topic)
+    config = {
+        "serviceUrl": tls_broker.service_url,
+        "topic": topic,
+        "subscription": "yaml",
+        "database": str(tmp_path / "yaml.db"),
+        "adminUrl": tls_broker.admin_url,
+        "metadataTopic": f"{topic}-metadata",
+        "tlsTrustCertsFilePath": tls_broker.ca_file,
+    }
+    path = tmp_path / "sink.yaml"
+    path.write_text(json.dumps(config))  # JSON is YAML
+    done = pulsar_state_cli(
+        "sink",
+        "run",
+        "--config",
+        str(path),
+        "--max-idle-s",
+        "2",
+        env={},
+        drop=("PULSAR_", "REQUESTS_CA"),
+        timeout_s=90,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "written 1, skipped 0" in done.stdout, done.stdout + done.stderr
+    # a trust path on the command line wins over the YAML's (here: a wrong one)
+    wrong = tmp_path / "other-ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(wrong))
+    refused = pulsar_state_cli(
+        "sink",
+        "run",
+        "--config",
+        str(path),
+        "--max-idle-s",
+        "2",
+        "--tls-trust-cert-path",
+        str(wrong),
+        env={},
+        drop=("PULSAR_", "REQUESTS_CA"),
+        timeout_s=90,
+    )
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert "certificate" in refused.stderr.lower(), refused.stderr

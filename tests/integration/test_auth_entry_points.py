@@ -125,8 +125,7 @@ def test_map_takes_the_auth_plugin_and_params_as_pulsar_admin_spells_them(
         with PulsarMap[str, int](
             client,
             topic,
-            admin_url=secured.admin_url,
-            admin_headers={"Authorization": f"Bearer {secured.token}"},
+            admin=ClusterAuth(auth_token=secured.token).admin_endpoint(secured.admin_url),
         ) as m:
             m.put("k", 7).result(60)
     finally:

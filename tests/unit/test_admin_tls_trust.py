@@ -80,7 +80,7 @@ def test_an_untrusted_certificate_fails_at_once_and_names_the_setting(
     admin = PulsarAdmin(url, retry_s=30)
     started = time.monotonic()
     try:
-        with pytest.raises(AdminUnreachableError, match="admin_tls_trust_cert_path"):
+        with pytest.raises(AdminUnreachableError, match="tls_trust_cert_path"):
             admin.request("GET", "/admin/v2/clusters")
     finally:
         admin.close()

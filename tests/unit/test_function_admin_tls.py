@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from pulsar_state import ConfigurationError
-from pulsar_state.function_tls import AdminTls, admin_tls, map_admin_tls
+from pulsar_state import AdminEndpoint, ConfigurationError
+from pulsar_state.function_tls import AdminTls, admin_tls, config_admin_endpoint
 
 
 def test_nothing_set_trusts_the_system_cas() -> None:
@@ -26,10 +26,10 @@ def test_a_trust_file_is_taken_and_a_missing_one_is_refused(tmp_path: Path) -> N
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
     assert admin_tls({"tlsTrustCertsFilePath": str(ca)}.get).trust_cert_path == str(ca)
-    assert map_admin_tls({"tlsTrustCertsFilePath": str(ca)}.get) == {
-        "admin_tls_trust_cert_path": str(ca),
-        "admin_tls_allow_insecure": False,
-    }
+    config = {"adminUrl": "https://pulsar:8443", "tlsTrustCertsFilePath": str(ca)}
+    assert config_admin_endpoint(config.get) == AdminEndpoint(
+        url="https://pulsar:8443", tls_trust_cert_path=str(ca)
+    )
     for bad in (str(tmp_path / "nope.pem"), str(tmp_path), 42):
         with pytest.raises(ConfigurationError, match="tlsTrustCertsFilePath"):
             admin_tls({"tlsTrustCertsFilePath": bad}.get)
@@ -49,8 +49,13 @@ def test_allow_insecure_refuses_anything_else(value: Any) -> None:
         admin_tls({"tlsAllowInsecureConnection": value}.get)
 
 
-def test_a_functions_map_gets_the_insecure_flag() -> None:
-    assert map_admin_tls({"tlsAllowInsecureConnection": True}.get) == {
-        "admin_tls_trust_cert_path": None,
-        "admin_tls_allow_insecure": True,
-    }
+def test_a_functions_map_gets_the_insecure_flag_and_its_token() -> None:
+    config = {"adminUrl": "https://pulsar:8443", "tlsAllowInsecureConnection": True}
+    headers = {"Authorization": "Bearer jwt"}
+    assert config_admin_endpoint(config.get, headers=headers) == AdminEndpoint(
+        url="https://pulsar:8443", tls_allow_insecure=True, headers=headers
+    )
+    # no admin URL: no endpoint, but the TLS settings are still checked
+    assert config_admin_endpoint({"tlsAllowInsecureConnection": True}.get) is None
+    with pytest.raises(ConfigurationError, match="tlsAllowInsecureConnection"):
+        config_admin_endpoint({"tlsAllowInsecureConnection": "yes"}.get)

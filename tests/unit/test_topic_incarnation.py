@@ -48,7 +48,7 @@ def test_an_empty_topic_holds_nothing() -> None:
 
 
 def test_without_an_admin_url_a_skip_is_counted_as_unverified() -> None:
-    guard = PositionGuard(admin_url=None)
+    guard = PositionGuard(admin=None)
     assert guard.is_redelivery("persistent://t/n/x", Position(1, 1), Position(2, 2))
     assert guard.is_redelivery("persistent://t/n/x", Position(1, 2), Position(2, 2))
     assert guard.counts == {"unverified": 2}
@@ -57,4 +57,4 @@ def test_without_an_admin_url_a_skip_is_counted_as_unverified() -> None:
 
 def test_an_unknown_mismatch_mode_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="positionMismatch"):
-        PositionGuard(admin_url=None, mode="skip")
+        PositionGuard(admin=None, mode="skip")
