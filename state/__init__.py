@@ -32,6 +32,7 @@ from pulsar_state.errors import (
     TooManyOpsError,
     TopicNotFoundError,
     ValueTooLargeError,
+    WatchOverflowError,
     WriteFailedError,
 )
 from pulsar_state.manager import SharedStateManager, SharedStateManagerBuilder
@@ -117,4 +118,5 @@ __all__ = [
     "NotFoundError",
     "ResourceBusyError",
     "SessionLostError",
+    "WatchOverflowError",
 ]

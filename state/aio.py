@@ -36,7 +36,7 @@ from pulsar_state.aio_metadata import AsyncCoordinationService, AsyncMetadataSto
 from pulsar_state.checkpoint_format import Manifest as CheckpointManifest
 from pulsar_state.futures import wrap
 from pulsar_state.manager import SharedStateManager
-from pulsar_state.map_watch import MapChange, MapWatch
+from pulsar_state.map_watch import DEFAULT_MAX_PENDING, MapChange, MapWatch
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import MapOp, PulsarMap
 from pulsar_state.replay import AppliedWrite
@@ -479,6 +479,7 @@ class AsyncPulsarMap(Generic[K, V]):
         *,
         prefix: bool = False,
         timeout_s: float | None = None,
+        max_pending: int = DEFAULT_MAX_PENDING,
     ) -> AsyncMapWatch[K, V]:
         """Call ``callback(change)`` for every change of a key (:meth:`PulsarMap.watch`).
 
@@ -496,7 +497,8 @@ class AsyncPulsarMap(Generic[K, V]):
                 map is closed.
             RuntimeError: if the map was never opened (use :meth:`open` or ``async with``).
             Later errors stop the watch and show in :attr:`AsyncMapWatch.failure`
-            (OperationTimeoutError, StateTopicError while reading history).
+            (OperationTimeoutError, StateTopicError while reading history;
+            WatchOverflowError when it fell ``max_pending`` writes behind).
         """
         if inspect.iscoroutinefunction(callback):
             loop = asyncio.get_running_loop()
@@ -521,11 +523,17 @@ class AsyncPulsarMap(Generic[K, V]):
                 from_position,
                 prefix=prefix,
                 timeout_s=timeout_s,
+                max_pending=max_pending,
             )
             holder.append(watch)
         else:
             watch = self.sync.watch(
-                key_or_prefix, callback, from_position, prefix=prefix, timeout_s=timeout_s
+                key_or_prefix,
+                callback,
+                from_position,
+                prefix=prefix,
+                timeout_s=timeout_s,
+                max_pending=max_pending,
             )
         return AsyncMapWatch(watch)
 

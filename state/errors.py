@@ -32,6 +32,7 @@ __all__ = [
     "StateTopicError",
     "TooManyOpsError",
     "ValueTooLargeError",
+    "WatchOverflowError",
     "WriteFailedError",
 ]
 
@@ -178,6 +179,19 @@ class CheckpointError(PulsarStateError):
     Never fatal to the map: a checkpoint it cannot read is logged and counted,
     and it replays the topic instead; a failed write only leaves an older one.
     """
+
+
+class WatchOverflowError(PulsarStateError):
+    """A map watch fell so far behind (its callback too slow for the writes)
+    that it was ended rather than queue without bound.
+
+    Nothing is lost: the watch ended after a whole write, and a new watch with
+    ``from_position=watch.position`` replays every change after it.
+    """
+
+    def __init__(self, message: str, *, position: object) -> None:
+        self.position = position
+        super().__init__(message)
 
 
 class MessageHeldBackError(PulsarStateError):

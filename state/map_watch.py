@@ -23,6 +23,12 @@ The callback runs on the watch's own thread, never on the tailer's: a slow
 callback delays only its watch (its queue grows), and one that raises is
 logged and counted (:attr:`MapWatch.errors` and the
 ``pulsar_state_watch_callback_errors`` metric), then the next change comes.
+The queue is bounded (``max_pending`` writes, default 100,000): a watch that
+falls further behind ends after the write it is delivering, with
+:class:`~pulsar_state.errors.WatchOverflowError` as its :attr:`MapWatch.failure`
+(logged, counted in ``pulsar_state_watch_overflows``). Nothing is lost: a new
+watch with ``from_position=watch.position`` replays every change after it, as
+etcd's slow watchers resume from a revision.
 Values are fresh objects decoded from the write, not the map's own.
 """
 
@@ -40,20 +46,33 @@ from typing import Any, Generic, Self, TypeVar
 import pulsar
 from prometheus_client import Counter
 
-from pulsar_state.errors import OperationTimeoutError, PulsarStateError, StateTopicError
+from pulsar_state.errors import (
+    OperationTimeoutError,
+    PulsarStateError,
+    StateTopicError,
+    WatchOverflowError,
+)
 from pulsar_state.op_codec import OpCodec
 from pulsar_state.position import START, Position
 from pulsar_state.replay import AppliedWrite, LogReplay
 from pulsar_state.serde import KeySerde, Serde
 from pulsar_state.topic_format import check_user_key
 
-__all__ = ["LogFeed", "MapChange", "MapWatch", "key_matcher"]
+__all__ = ["DEFAULT_MAX_PENDING", "LogFeed", "MapChange", "MapWatch", "key_matcher"]
 
 log = logging.getLogger(__name__)
 
 K = TypeVar("K")
 V = TypeVar("V")
 
+#: writes a watch may have queued before it is ended as too far behind
+DEFAULT_MAX_PENDING = 100_000
+
+WATCH_OVERFLOWS = Counter(
+    "pulsar_state_watch_overflows",
+    "Map watches ended because their queue reached max_pending (resume from their position)",
+    ["topic"],
+)
 WATCH_CALLBACK_ERRORS = Counter(
     "pulsar_state_watch_callback_errors",
     "Map watch callbacks that raised (logged, then the next change is delivered)",
@@ -222,8 +241,9 @@ class MapWatch(Generic[K, V]):
     ``delivered`` counts callbacks that returned, ``errors`` those that raised;
     ``position`` is the position of the last change handed to the callback
     (the start position until then);
-    ``failure`` is set if the watch ended on its own (e.g. its history could
-    not be read), after which it delivers nothing more.
+    ``failure`` is set if the watch ended on its own (its history could not
+    be read; :class:`~pulsar_state.errors.WatchOverflowError` when it fell
+    ``max_pending`` writes behind), after which it delivers nothing more.
     """
 
     def __init__(
@@ -237,9 +257,15 @@ class MapWatch(Generic[K, V]):
         history: Callable[[Callable[[AppliedWrite[Any]], None], Callable[[], bool]], None]
         | None = None,
         on_stop: Callable[[MapWatch[K, V]], None] | None = None,
+        max_pending: int = DEFAULT_MAX_PENDING,
     ) -> None:
         if not callable(callback):
             raise TypeError(f"callback must be callable, got {type(callback).__name__}")
+        if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
+            raise ValueError(f"max_pending must be an int >= 1, got {max_pending!r}")
+        self._max_pending = max_pending
+        #: set (on the applying thread) when the queue reached max_pending
+        self._overflowed = threading.Event()
         self.topic = topic
         self._callback = callback
         self._tracker = tracker
@@ -262,8 +288,20 @@ class MapWatch(Generic[K, V]):
 
     def offer(self, write: AppliedWrite[Any]) -> None:
         """Queue an applied write (called on the applying thread: only enqueues)."""
-        if write.position > self._live_after and not self._stopped.is_set():
-            self._queue.put(write)
+        if write.position <= self._live_after or self._stopped.is_set():
+            return
+        if self._overflowed.is_set():
+            return
+        if self._queue.qsize() >= self._max_pending:
+            self._overflow()
+            return
+        self._queue.put(write)
+
+    def _overflow(self) -> None:
+        """Too far behind: end after the write being delivered (see the module docstring)."""
+        self._overflowed.set()
+        WATCH_OVERFLOWS.labels(self.topic).inc()
+        self._queue.put(_STOP)  # behind what is queued; the thread stops before it
 
     def start(self) -> None:
         """Start delivering on the watch's thread (:meth:`PulsarMap.watch` does).
@@ -278,12 +316,21 @@ class MapWatch(Generic[K, V]):
     def _run(self) -> None:
         try:
             if self._history is not None:
-                self._history(self._handle, self._stopped.is_set)
-            while not self._stopped.is_set():
+                self._history(self._handle, self._ending)
+            while not self._ending():
                 item = self._queue.get()
                 if item is _STOP:
                     break
                 self._handle(item)
+            if self._overflowed.is_set() and not self._stopped.is_set():
+                self.failure = WatchOverflowError(
+                    f"the watch on {self.topic} fell {self._max_pending} writes behind "
+                    f"(its callback is slower than the writes) and was ended after "
+                    f"{self.position}; watch again with from_position=watch.position "
+                    "to get every change after it",
+                    position=self.position,
+                )
+                log.error("%s", self.failure)
         except BaseException as exc:  # the watch ends; the application goes on
             self.failure = exc
             log.exception("watch on %s ended", self.topic)
@@ -307,6 +354,10 @@ class MapWatch(Generic[K, V]):
                 log.exception("watch callback %r failed on %s", self._callback, change.key)
             else:
                 self.delivered += 1
+
+    def _ending(self) -> bool:
+        """Stopped, or too far behind (then only between writes, never mid-write)."""
+        return self._stopped.is_set() or self._overflowed.is_set()
 
     # -- lifecycle -------------------------------------------------------------
 

@@ -53,7 +53,14 @@ from pulsar_state.checkpoint_format import Manifest
 from pulsar_state.config import DEFAULT_COMPACTION_THRESHOLD_BYTES, StateConfig
 from pulsar_state.manager import SharedStateManager
 from pulsar_state.map_op import _DELETE, MapCodec, MapOp, apply_map_op
-from pulsar_state.map_watch import ChangeTracker, MapChange, MapWatch, history_replayer, key_matcher
+from pulsar_state.map_watch import (
+    DEFAULT_MAX_PENDING,
+    ChangeTracker,
+    MapChange,
+    MapWatch,
+    history_replayer,
+    key_matcher,
+)
 from pulsar_state.position import Position
 from pulsar_state.serde import JsonSerde, KeySerde, Serde, StrKeySerde
 from pulsar_state.topic_format import check_user_key
@@ -573,6 +580,7 @@ class PulsarMap(Generic[K, V]):
         *,
         prefix: bool = False,
         timeout_s: float | None = None,
+        max_pending: int = DEFAULT_MAX_PENDING,
     ) -> MapWatch[K, V]:
         """Call ``callback(change)`` for every change of a key, in log order.
 
@@ -582,6 +590,8 @@ class PulsarMap(Generic[K, V]):
         ``None``: from now. Each :class:`MapChange` has the key, the new value
         or ``deleted``, the value it replaced and the write's position. See
         :mod:`pulsar_state.map_watch` for order, threads and callback errors.
+        ``max_pending``: the writes the watch may queue before it is ended as
+        too far behind (its callback slower than the writes).
 
         Returns:
             The running :class:`MapWatch`; :meth:`MapWatch.stop` ends it (so
@@ -593,7 +603,10 @@ class PulsarMap(Generic[K, V]):
             Through :attr:`MapWatch.failure` (the watch stops, logged):
                 OperationTimeoutError if the history after ``from_position`` is
                 not read within ``timeout_s`` (default: four operation
-                timeouts); StateTopicError if it cannot be read.
+                timeouts); StateTopicError if it cannot be read;
+                WatchOverflowError when it fell ``max_pending`` writes behind
+                (watch again with ``from_position=watch.position``: nothing is
+                lost).
         """
         if not callable(callback):
             raise TypeError(f"callback must be callable, got {type(callback).__name__}")
@@ -623,6 +636,7 @@ class PulsarMap(Generic[K, V]):
                 if from_now
                 else history_replayer(self._client, self.topic, self._codec, joined, bound),
                 on_stop=self._unwatch,
+                max_pending=max_pending,
             )
             with self._watches_lock:
                 self._watches.add(watch)

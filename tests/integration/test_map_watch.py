@@ -16,7 +16,7 @@ import pulsar
 import pytest
 from harness import unique_topic, wait_until
 
-from pulsar_state import PulsarMap
+from pulsar_state import PulsarMap, WatchOverflowError
 from pulsar_state.map_op import MapCodec, MapOp
 from pulsar_state.map_watch import LogFeed, MapChange
 from pulsar_state.position import START, Position
@@ -189,6 +189,44 @@ def test_a_raising_callback_is_logged_and_counted_not_fatal(
         assert w.errors == 4 and w.delivered == 8 and w.running
         assert "watch callback" in caplog.text and "no multiples of 3" in caplog.text
         w.stop(5.0)
+
+
+def test_a_watch_too_far_behind_ends_and_resumes_with_nothing_lost(
+    client: pulsar.Client, admin_url: str
+) -> None:
+    """A callback slower than the writes: the watch's queue stops at
+    ``max_pending`` writes, the watch ends after a whole write with
+    WatchOverflowError, and a new watch from its position gets every change
+    after it, so both together saw each change once, in order."""
+    topic = unique_topic("watch-overflow")
+    with _open(client, topic, admin_url) as m:
+        release = threading.Event()
+        first: list[tuple[str, int]] = []
+
+        def slow(change: MapChange[str, Any]) -> None:
+            release.wait(30)
+            first.append((change.key, change.value))
+
+        w = m.watch(None, slow, max_pending=5)
+        m.put_all({"a": 0, "b": 0}).result(30)  # the write the callback is held in
+        for i in range(1, 21):
+            m.put_all({"a": i, "b": i}).result(30)  # two changes per write
+        release.set()
+        wait_until(lambda: not w.running, message="the watch to end on its overflow")
+        assert isinstance(w.failure, WatchOverflowError), w.failure
+        assert w.failure.position == w.position and str(w.position) in str(w.failure)
+        # it ended between writes: both changes of its last write were delivered
+        assert len(first) % 2 == 0 and first[-1][1] == first[-2][1]
+        assert len(first) < 42  # it did not deliver everything
+
+        rest: list[tuple[str, int]] = []
+        again = m.watch(None, lambda c: rest.append((c.key, c.value)), from_position=w.position)
+        wait_until(lambda: len(first) + len(rest) >= 42, message="all 42 changes")
+        expected = [(k, i) for i in range(21) for k in ("a", "b")]
+        assert first + rest == expected
+        again.stop(5.0)
+        with pytest.raises(ValueError, match="max_pending"):
+            m.watch("k", print, max_pending=0)
 
 
 def test_watch_rejects_bad_input_at_the_call(client: pulsar.Client, admin_url: str) -> None:
