@@ -32,8 +32,9 @@ from urllib.parse import quote
 
 import pulsar
 
-from pulsar_state.admin_endpoint import AdminEndpoint
+from pulsar_state.admin_endpoint import AdminEndpoint, resolve_admin
 from pulsar_state.errors import (
+    ConfigurationError,
     NotFoundError,
     PermissionDeniedError,
     StateTopicError,
@@ -119,17 +120,18 @@ class FunctionStateReader:
         self,
         *,
         client: pulsar.Client,
-        admin: AdminEndpoint | str,
+        admin_url: str | None = None,
+        admin: AdminEndpoint | None = None,
         timeout_s: float = 30.0,
     ) -> None:
         """``admin``: the admin API with its credentials and TLS trust (an
-        :class:`~pulsar_state.admin_endpoint.AdminEndpoint`; a bare URL for none), for
-        its own calls and its views'."""
+        :class:`~pulsar_state.admin_endpoint.AdminEndpoint`), or ``admin_url``, a bare
+        URL; one of them is required. Used for its own calls and its views'."""
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
-        endpoint = AdminEndpoint(url=admin) if isinstance(admin, str) else admin
-        if not isinstance(endpoint, AdminEndpoint):
-            raise TypeError(f"admin must be an AdminEndpoint or a URL, got {admin!r}")
+        endpoint = resolve_admin(admin_url, admin)
+        if endpoint is None:
+            raise ConfigurationError("admin_url or admin (an AdminEndpoint) is required")
         self._client = client
         self._endpoint = endpoint
         self._timeout_s = timeout_s

@@ -188,19 +188,19 @@ class PulsarAdmin:
             return
         if resp.status_code == 401:
             raise PermissionDeniedError(
-                f"{what}: the admin API did not accept this client's credentials "
-                f"(401: {refusal_reason(resp)}); pass a token (--auth-token, or the auth "
-                "plugin token), basic auth, or a TLS client certificate (--auth-plugin tls "
-                "--auth-params tlsCertFile:...,tlsKeyFile:...; in code, an AdminEndpoint's "
-                "headers or client_cert)"
+                f"{what}: not permitted, the admin API did not accept this client's "
+                f"credentials (401: {refusal_reason(resp)}); pass a token (--auth-token, or "
+                "the auth plugin token), basic auth, or a TLS client certificate "
+                "(--auth-plugin tls --auth-params tlsCertFile:...,tlsKeyFile:...; in code, an "
+                "AdminEndpoint's headers or client_cert)"
             )
-        if resp.status_code in (401, 403) and read_only:
+        if resp.status_code == 403 and read_only:
             raise PermissionDeniedError(
                 f"{what}: not permitted for this role "
                 f"({resp.status_code}: {refusal_reason(resp)}); "
                 "reading needs the consume (or produce) permission on the topic"
             )
-        if resp.status_code in (401, 403):
+        if resp.status_code == 403:
             raise PermissionDeniedError(
                 f"{what}: not permitted for this role ({resp.status_code}: {resp.text[:300]}); "
                 "a role without admin rights can open the state with ensure_retention=False "

@@ -30,8 +30,13 @@ from typing import Any, Generic, Self, TypeVar
 
 import pulsar
 
-from pulsar_state.admin_endpoint import AdminEndpoint
-from pulsar_state.errors import OperationTimeoutError, PermissionDeniedError, StateTopicError
+from pulsar_state.admin_endpoint import AdminEndpoint, resolve_admin
+from pulsar_state.errors import (
+    ConfigurationError,
+    OperationTimeoutError,
+    PermissionDeniedError,
+    StateTopicError,
+)
 from pulsar_state.op_codec import OpCodec
 from pulsar_state.replay import AppliedWrite, LogReplay
 from pulsar_state.topic_names import full_topic_name
@@ -55,19 +60,20 @@ class TopicView(Generic[S, Op]):
         codec: OpCodec[Op],
         initializer: Callable[[], S],
         applier: Callable[[S, Op], Any],
-        admin: AdminEndpoint | str,
+        admin_url: str | None = None,
+        admin: AdminEndpoint | None = None,
         timeout_s: float = 30.0,
     ) -> None:
         """``admin``: the admin API that checks the topic exists, with its credentials
-        and TLS trust (an :class:`~pulsar_state.admin_endpoint.AdminEndpoint`; a bare
-        URL for none)."""
+        and TLS trust (an :class:`~pulsar_state.admin_endpoint.AdminEndpoint`), or
+        ``admin_url``, a bare URL; one of them is required."""
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
         self.topic = full_topic_name(topic)
         self.timeout_s = timeout_s
-        endpoint = AdminEndpoint(url=admin) if isinstance(admin, str) else admin
-        if not isinstance(endpoint, AdminEndpoint):
-            raise TypeError(f"admin must be an AdminEndpoint or a URL, got {admin!r}")
+        endpoint = resolve_admin(admin_url, admin)
+        if endpoint is None:
+            raise ConfigurationError("a view needs admin_url or admin (an AdminEndpoint)")
         admin_client = endpoint.admin(timeout_s=min(10.0, timeout_s), retry_s=timeout_s)
         try:
             admin_client.require_topic(self.topic)

@@ -65,7 +65,13 @@ def run(
     metrics_addr: str,
     **auth_opts: Any,
 ) -> None:
-    """Consume the topic and upsert its records into the table."""
+    """Consume the topic and upsert its records into the table.
+
+    Authentication and TLS come from the --auth-* and --tls-* options or from the
+    config's authPlugin, authParams, tlsTrustCertsFilePath and
+    tlsAllowInsecureConnection: an option given on the command line wins over the
+    config's key; either applies to every call (broker, admin API).
+    """
     data = yaml.safe_load(config_path.read_text())
     if not isinstance(data, dict):
         raise click.ClickException(f"{config_path}: a sink config is a mapping")
