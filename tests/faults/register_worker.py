@@ -6,8 +6,10 @@ line after, each written with one unbuffered ``write`` so that a ``kill -9``
 leaves at most an invocation without its return (an unknown outcome).
 
 Operations (on a :class:`~pulsar_state.PulsarMap`): ``read`` (``latest=True``),
-``cas`` (``replace`` from the locally known value to that value + 1) and
-``incr`` (``update`` adding one; returns the new value). Each operation picks
+``cas`` (``replace`` from the locally known value to that value + 1),
+``incr`` (``update`` adding one; returns the new value) and, when asked for
+(``ops``), ``write`` (a blind ``put`` of a value no other write uses: on an
+idle writer it goes out on the caller's thread, the direct path). Each operation picks
 one of ``keys`` at random and records it; linearizability is local (Herlihy and
 Wing), so the checker checks each key's sub-history on its own.
 """
@@ -23,7 +25,7 @@ from typing import Any
 
 import pulsar
 
-from pulsar_state import PulsarMap, PulsarStateError, StateConfig
+from pulsar_state import PulsarMap, PulsarStateError, StateConfig, metrics
 from pulsar_state.retry import RetryPolicy
 
 OP_TIMEOUT_S = 90.0
@@ -71,10 +73,22 @@ def run(args: dict[str, Any]) -> None:
     with PulsarMap[str, int](
         client, args["topic"], admin_url=args["admin_url"], config=config
     ) as m:
+        kinds = tuple(args.get("ops") or ("read", "cas", "incr"))
+        written = 0
         while time.monotonic() < deadline:
-            kind = rng.choice(("read", "cas", "incr"))
+            kind = rng.choice(kinds)
             key = rng.choice(keys)
-            if kind == "read":
+            if kind == "write":
+                written += 1
+                value = (args["process"] + 1) * 1_000_000 + written  # unique per write
+                seq = history.invoke("write", value, key)
+                try:
+                    m.put(key, value).result(OP_TIMEOUT_S)
+                except (PulsarStateError, TimeoutError) as exc:
+                    history.complete(seq, kind, "info", error=repr(exc))
+                else:
+                    history.complete(seq, kind, "ok")
+            elif kind == "read":
                 seq = history.invoke("read", None, key)
                 try:
                     value = m.get(key, latest=True).result(OP_TIMEOUT_S)
@@ -101,6 +115,8 @@ def run(args: dict[str, Any]) -> None:
                 else:
                     history.complete(seq, kind, "ok", new)
             time.sleep(rng.random() * args.get("pause_s", 0.01))
+        direct = metrics.DIRECT_WRITES.labels(m.topic)._value.get()
+    print(f"direct writes: {int(direct)}", flush=True)  # the worker's log tells the test
     client.close()
 
 

@@ -221,6 +221,84 @@ def _contended_history(  # noqa: PLR0917 - one call site each, all required
     assert not stuck, f"operations of live workers ended without an outcome: {stuck[:5]}"
 
 
+def test_blind_writes_and_latest_reads_under_kill_9_are_linearizable(
+    pulsar_endpoint: PulsarEndpoint,
+    client: pulsar.Client,
+    tmp_path: Path,
+    fault_scale: FaultScale,
+    fault_report: FaultReport,
+) -> None:
+    """Puts (each a value no other put uses) and latest reads from writers
+    that take the topic from each other and are killed with -9. A put on an
+    idle writer is sent by the calling thread and completed at its ack (the
+    direct path), so this is that path's linearizability run; the others do
+    read-modify-writes, which always go through the writer's thread."""
+    topic = unique_topic("lin-puts")
+    _seed_register(client, topic, pulsar_endpoint.admin_url, KEYS)
+    workload = Workload(
+        service_url=pulsar_endpoint.service_url,
+        admin_url=pulsar_endpoint.admin_url,
+        topic=topic,
+        key=KEY,
+        keys=KEYS,
+        workdir=tmp_path,
+        workers=fault_scale.workers,
+        seconds=fault_scale.seconds,
+        seed=3,
+        ops=("read", "write"),
+    )
+    rng = random.Random(3)
+
+    def nemesis(w: Workload) -> None:
+        while True:
+            time.sleep(fault_scale.kill_every_s * rng.uniform(0.5, 1.5))
+            if w.elapsed() > w.seconds - 5:
+                return
+            w.kill_random(rng)
+
+    workload.run_with(nemesis)
+    killed = {int(f.detail.split()[1]) for f in workload.faults if f.kind == "kill -9"}
+    assert killed, "the nemesis killed nobody"
+    for process, code in workload.exit_codes().items():
+        if process not in killed:
+            assert code == 0, f"worker {process} exited {code}:\n{workload.worker_log(process)}"
+    direct = sum(
+        int(line.split(":")[1])
+        for process in workload.exit_codes()
+        if process not in killed
+        for line in workload.worker_log(process).splitlines()
+        if line.startswith("direct writes:")
+    )
+    assert direct > 0, "no put took the direct path: this run would not test it"
+    stats = load_history(workload.workdir)
+    failures = []
+    with PulsarMap[str, int](client, topic, admin_url=pulsar_endpoint.admin_url) as fresh:
+        for key in KEYS:
+            per_key = load_history(workload.workdir, key)
+            assert sum(op.kind == "write" and op.known for op in per_key.ops) > 5, key
+            call = time.monotonic_ns() / 1e9
+            final = fresh.get(key, latest=True).result(60)
+            read = Op(-1, "read", None, final, call, time.monotonic_ns() / 1e9)
+            result = check_register([*per_key.ops, read], initial=0)
+            if not result.ok:
+                failures.append(f"{key}: longest linearizable prefix {result.longest_prefix}")
+    stuck = [op for op in stats.ops if not op.known and op.process not in killed]
+    fault_report.add(
+        test="kill -9, blind puts and latest reads (3 keys, direct path)",
+        ops=len(stats.ops) + len(KEYS),
+        ok=stats.ok + len(KEYS),
+        unknown=stats.unknown,
+        failed=stats.failed,
+        faults=f"{len(killed)}x kill -9",
+        takeovers=_count_takeovers(client, topic),
+        violations=len(failures),
+        lost="- (a lost put is a violation)",
+        recovery="-",
+    )
+    assert not failures, failures
+    assert not stuck, f"operations of live workers ended without an outcome: {stuck[:5]}"
+
+
 @pytest.mark.fault
 def test_clients_ride_through_a_broker_restart_linearizably(
     pulsar_endpoint: PulsarEndpoint,

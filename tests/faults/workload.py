@@ -102,6 +102,8 @@ class Workload:
     start_method: str = "exec"
     #: the workers' StateConfig.access_mode
     access_mode: str = "adaptive"
+    #: the operations the workers pick from (register_worker.py; default: read, cas, incr)
+    ops: tuple[str, ...] = ()
     _procs: dict[int, subprocess.Popen[bytes] | _StartedProcess] = field(default_factory=dict)
     _next_process: int = 0
     _started: float = 0.0
@@ -128,6 +130,7 @@ class Workload:
             "seed": self.seed * 1000 + process,
             "pause_s": self.pause_s,
             "access_mode": self.access_mode,
+            "ops": list(self.ops),
         }
         if self.start_method != "exec":
             ctx = multiprocessing.get_context(self.start_method)
