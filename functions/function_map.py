@@ -22,6 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 from pulsar_state.config import StateConfig
+from pulsar_state.errors import PermissionDeniedError
+from pulsar_state.function_secrets import ADMIN_TOKEN_SECRET
 from pulsar_state.function_tls import ADMIN_URL, function_admin_endpoint
 from pulsar_state.pulsar_map import PulsarMap
 from pulsar_state.topic_names import namespace_topic
@@ -47,11 +49,26 @@ def open_function_map(context: Any, key: str, default_name: str) -> PulsarMap[st
 
     Raises:
         ConfigurationError: a TLS setting is wrong (checked before anything connects).
+        PermissionDeniedError: the admin API refused the function's role; the
+            message names the secret to set, as a function's operator sets it.
     """
     admin = function_admin_endpoint(context)
-    return PulsarMap(
-        context.get_pulsar_client(),
-        function_topic(context, key, default_name),
-        admin=admin,
-        config=StateConfig(ensure_retention=admin is not None),
-    )
+    try:
+        return PulsarMap(
+            context.get_pulsar_client(),
+            function_topic(context, key, default_name),
+            admin=admin,
+            config=StateConfig(ensure_retention=admin is not None),
+        )
+    except PermissionDeniedError as exc:
+        token = admin is not None and bool(admin.headers and "Authorization" in admin.headers)
+        what = (
+            "is set, but its role may not create and protect the topic" if token else "is not set"
+        )
+        raise PermissionDeniedError(
+            f"{exc}; this function's admin calls (userConfig.{ADMIN_URL}) authenticate "
+            f"with its secret {ADMIN_TOKEN_SECRET!r}, which {what}: give the function "
+            f"secrets: {{{ADMIN_TOKEN_SECRET}: <a token of a role with admin rights on the "
+            f"namespace>}} (pulsar-state deploy --function-auth-token), or unset "
+            f"userConfig.{ADMIN_URL} once an administrator has protected the topic"
+        ) from exc

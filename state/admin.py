@@ -10,6 +10,7 @@ state, a compaction threshold keeps the compacted view small.
 from __future__ import annotations
 
 import logging
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -83,15 +84,25 @@ def tls_verify(trust_cert_path: str | None, *, allow_insecure: bool = False) -> 
 
 
 def refusal_reason(resp: requests.Response, *, limit: int = 300) -> str:
-    """The broker's ``reason`` of a refused admin call, else the first ``limit``
-    characters of its body."""
+    """The broker's ``reason`` of a refused admin call; for an HTML error page
+    (Jetty's, e.g. a 401 before any handler ran) its title or the status line;
+    else the first ``limit`` characters of its body."""
     try:
         body = resp.json()
     except ValueError:
         body = None
     if isinstance(body, dict) and body.get("reason"):
         return str(body["reason"])
-    return resp.text[:limit] or f"HTTP {resp.status_code}"
+    text = resp.text
+    if "html" in resp.headers.get("Content-Type", "") or text.lstrip().startswith("<"):
+        title = _HTML_TITLE.search(text)
+        if title and title.group(1).strip():
+            return " ".join(title.group(1).split())
+        return f"HTTP {resp.status_code} {resp.reason or ''}".strip()
+    return text[:limit] or f"HTTP {resp.status_code}"
+
+
+_HTML_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 
 
 class _TransientError(Exception):

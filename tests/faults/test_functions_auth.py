@@ -166,11 +166,6 @@ def test_deploy_without_a_token_or_with_a_consume_only_one_is_refused_and_create
     assert _functions(secured_worker) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deploy/rest_admin.py puts the broker's whole HTML error page in the message "
-    "instead of its one-line reason (pulsar_state.admin.refusal_reason)",
-)
 def test_a_refused_deploy_says_why_in_one_line(anonymous_deploy: Any) -> None:
     assert "Authentication required" in anonymous_deploy.stderr, anonymous_deploy.stderr
     assert "<html>" not in anonymous_deploy.stderr, anonymous_deploy.stderr
@@ -371,11 +366,6 @@ def test_a_function_without_its_admin_token_is_refused_where_users_look_and_writ
         refused.output.receive(timeout_millis=2000)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue #15: the refusal a deployed function reports does not yet name the "
-    "function secret to set (adminToken); the fix belongs in functions/function_map.py",
-)
 def test_the_refusal_names_the_function_secret_to_set(refused_function: RefusedFunction) -> None:
     last_line = refused_function.refusal.strip().splitlines()[-1]
     assert "adminToken" in last_line, last_line

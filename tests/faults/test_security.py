@@ -246,14 +246,19 @@ def test_a_functions_admin_calls_authenticate_with_its_admin_token_secret(
         assert retention.json() == {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}
 
         fresh = unique_topic("sec-fn-refused", NAMESPACE)
-        for secrets in ({}, {"adminToken": secured.authority.token("reader")}):
+        # the refusal names the secret to set, and whether it was set
+        for secrets, said in (
+            ({}, "'adminToken', which is not set"),
+            ({"adminToken": secured.authority.token("reader")}, "'adminToken', which is set"),
+        ):
             manager = FunctionMetadataManager()
             refused = _function_context(
                 client, {"adminUrl": secured.admin_url, "metadataTopic": fresh}, secrets
             )
             try:
-                with pytest.raises(PermissionDeniedError, match="not permitted"):
+                with pytest.raises(PermissionDeniedError, match="not permitted") as raised:
                     manager.process(_create_request("public/default/g"), refused)
+                assert said in str(raised.value), raised.value
             finally:
                 manager.close()
         stats = requests.get(
