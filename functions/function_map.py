@@ -65,8 +65,12 @@ def open_function_map(context: Any, key: str, default_name: str) -> PulsarMap[st
         what = (
             "is set, but its role may not create and protect the topic" if token else "is not set"
         )
+        # the refusal itself, without the advice for clients (a function's
+        # operator sets a secret, not a command-line option): Pulsar shortens a
+        # long exception in `functions status`
+        refusal = str(exc).split("; ", 1)[0]
         raise PermissionDeniedError(
-            f"{exc}; this function's admin calls (userConfig.{ADMIN_URL}) authenticate "
+            f"{refusal}; this function's admin calls (userConfig.{ADMIN_URL}) authenticate "
             f"with its secret {ADMIN_TOKEN_SECRET!r}, which {what}: give the function "
             f"secrets: {{{ADMIN_TOKEN_SECRET}: <a token of a role with admin rights on the "
             f"namespace>}} (pulsar-state deploy --function-auth-token), or unset "

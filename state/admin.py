@@ -213,7 +213,8 @@ class PulsarAdmin:
             )
         if resp.status_code == 403:
             raise PermissionDeniedError(
-                f"{what}: not permitted for this role ({resp.status_code}: {resp.text[:300]}); "
+                f"{what}: not permitted for this role "
+                f"({resp.status_code}: {refusal_reason(resp)}); "
                 "a role without admin rights can open the state with ensure_retention=False "
                 "once an administrator has protected the topic"
             )
