@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pulsar
@@ -102,6 +103,20 @@ def _check(
     assert lost == 0
     assert stats.ok > 20, "too few operations completed to mean anything"
     return stats
+
+
+def _killer(fault_scale: FaultScale, rng: random.Random) -> Callable[[Workload], None]:
+    """A nemesis: kill -9 a random worker every ``kill_every_s`` (jittered) until
+    five seconds before the end."""
+
+    def nemesis(w: Workload) -> None:
+        while True:
+            time.sleep(fault_scale.kill_every_s * rng.uniform(0.5, 1.5))
+            if w.elapsed() > w.seconds - 5:
+                return
+            w.kill_random(rng)
+
+    return nemesis
 
 
 def _seed_register(
@@ -195,16 +210,7 @@ def _contended_history(  # noqa: PLR0917 - one call site each, all required
         start_method=start_method,
         access_mode=access_mode,
     )
-    rng = random.Random(1)
-
-    def nemesis(w: Workload) -> None:
-        while True:
-            time.sleep(fault_scale.kill_every_s * rng.uniform(0.5, 1.5))
-            if w.elapsed() > w.seconds - 5:
-                return
-            w.kill_random(rng)
-
-    workload.run_with(nemesis)
+    workload.run_with(_killer(fault_scale, random.Random(1)))
     assert any(f.kind == "kill -9" for f in workload.faults)
     stats = _check(
         client,
@@ -247,16 +253,7 @@ def test_blind_writes_and_latest_reads_under_kill_9_are_linearizable(
         seed=3,
         ops=("read", "write"),
     )
-    rng = random.Random(3)
-
-    def nemesis(w: Workload) -> None:
-        while True:
-            time.sleep(fault_scale.kill_every_s * rng.uniform(0.5, 1.5))
-            if w.elapsed() > w.seconds - 5:
-                return
-            w.kill_random(rng)
-
-    workload.run_with(nemesis)
+    workload.run_with(_killer(fault_scale, random.Random(3)))
     killed = {int(f.detail.split()[1]) for f in workload.faults if f.kind == "kill -9"}
     assert killed, "the nemesis killed nobody"
     for process, code in workload.exit_codes().items():
