@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pulsar
 import requests
 
 from pulsar_state.admin import topic_path
+from pulsar_state.admin_endpoint import AdminEndpoint
+from pulsar_state.cluster_auth import ClusterAuth
+from pulsar_state.errors import ConfigurationError
 from pulsar_state.map_op import MapCodec
 from pulsar_state.position import Position
 from pulsar_state.serde import BytesSerde, JsonSerde, Serde, StrKeySerde, StrSerde
@@ -27,6 +31,43 @@ _FORMATS: dict[str, Serde[Any]] = {
     "binary": BytesSerde(),
 }
 _MAX_PARTITIONS = 10_000
+_TRUST_HINT = (
+    "give the CA that signs the cluster's certificate with the option tlsTrustCertsFilePath "
+    "(or tlsAllowInsecureConnection=true, tests only)"
+)
+
+
+def _flag(opts: dict[str, str], name: str, default: str) -> bool:
+    value = opts.get(name.lower(), default).lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"pulsar_state: {name} is true or false, got {value!r}")
+    return value == "true"
+
+
+def _parse_auth(opts: dict[str, str], admin_url: str) -> ClusterAuth:
+    """authToken / authPlugin + authParams and the TLS trust options, spelled as in
+    Pulsar's ``client.conf``, as one :class:`ClusterAuth`; checked here, on the driver,
+    so a bad file or plugin is a clear error naming the option (never quoting the
+    token)."""
+    trust = opts.get("tlstrustcertsfilepath") or None
+    if trust is not None and not Path(trust).is_file():
+        raise ValueError(
+            f"pulsar_state: tlsTrustCertsFilePath {trust!r} is not a file (a PEM CA bundle)"
+        )
+    try:
+        auth = ClusterAuth(
+            auth_token=opts.get("authtoken") or None,
+            auth_plugin=opts.get("authplugin") or None,
+            auth_params=opts.get("authparams") or None,
+            tls_trust_cert_path=trust,
+            tls_allow_insecure=_flag(opts, "tlsAllowInsecureConnection", "false"),
+            tls_hostname_verification=_flag(opts, "tlsEnableHostnameVerification", "false"),
+        )
+        auth.client_authentication()  # tls params name both files, a token file is readable
+        auth.admin_endpoint(admin_url)  # the client certificate's files exist; not oauth2
+    except ConfigurationError as exc:
+        raise ValueError(f"pulsar_state: authToken / authPlugin / authParams: {exc}") from None
+    return auth
 
 
 @dataclass(frozen=True)
@@ -39,13 +80,15 @@ class SourceOptions:
     mode: str
     value_format: str
     include_metadata: bool
-    auth_token: str | None
     #: None: the mode's default (snapshot 1, changelog the driver's cores)
     num_partitions: int | None
     timeout_ms: int
     pushdown: bool = False
     #: a snapshot reads the map's newest checkpoint plus the tail, when it has one
     use_checkpoint: bool = True
+    #: credentials and TLS trust of the client (driver and executors) and the admin
+    #: calls; out of repr (a token, a password)
+    auth: ClusterAuth = field(default_factory=ClusterAuth, repr=False)
 
     @classmethod
     def parse(cls, options: dict[str, str]) -> SourceOptions:
@@ -85,16 +128,9 @@ class SourceOptions:
             raise ValueError(
                 f"pulsar_state: timeoutMs must be an integer >= 1, got {opts.get('timeoutms')!r}"
             )
-        include = opts.get("includemetadata", "false").lower()
-        pushdown = opts.get("pushdown", "false").lower()
-        checkpoint = opts.get("checkpoint", "true").lower()
-        for flag, value in (
-            ("includeMetadata", include),
-            ("pushdown", pushdown),
-            ("checkpoint", checkpoint),
-        ):
-            if value not in ("true", "false"):
-                raise ValueError(f"pulsar_state: {flag} is true or false, got {value!r}")
+        include = _flag(opts, "includeMetadata", "false")
+        pushdown = _flag(opts, "pushdown", "false")
+        checkpoint = _flag(opts, "checkpoint", "true")
         topic = full_topic_name(need("topic"))  # InvalidTopicNameError is a clear message too
         service_url = need("serviceUrl")
         if not service_url.startswith(("pulsar://", "pulsar+ssl://")):
@@ -108,21 +144,20 @@ class SourceOptions:
             topic=topic,
             mode=mode,
             value_format=value_format,
-            include_metadata=include == "true",
-            auth_token=opts.get("authtoken") or None,
+            include_metadata=include,
             num_partitions=partitions,
             timeout_ms=timeout_ms,
-            pushdown=pushdown == "true",
-            use_checkpoint=checkpoint == "true",
+            pushdown=pushdown,
+            use_checkpoint=checkpoint,
+            auth=_parse_auth(opts, admin_url),
         )
 
     # -- helpers used where the code runs -----------------------------------------
 
     def client(self) -> pulsar.Client:
-        auth = pulsar.AuthenticationToken(self.auth_token) if self.auth_token else None
         return pulsar.Client(
             self.service_url,
-            authentication=auth,
+            **self.auth.client_kwargs(),
             operation_timeout_seconds=max(1, self.timeout_ms // 1000),
             logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
         )
@@ -150,10 +185,21 @@ class SourceOptions:
         return True
 
     def _admin_get(self, what: str, *, topic: str | None = None) -> requests.Response:
-        headers = {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else {}
+        endpoint = self.admin_endpoint()
         url = f"{self.admin_url}/admin/v2/{topic_path(topic or self.topic)}/{what}"
         try:
-            resp = requests.get(url, headers=headers, timeout=self.timeout_ms / 1000)
+            resp = requests.get(
+                url,
+                headers=endpoint.headers,
+                verify=endpoint.verify(),
+                cert=endpoint.client_cert,
+                timeout=self.timeout_ms / 1000,
+            )
+        except requests.exceptions.SSLError as exc:
+            raise ConnectionError(
+                f"pulsar_state: the TLS handshake with the Pulsar admin API at {self.admin_url} "
+                f"failed ({exc}): {_TRUST_HINT}"
+            ) from None
         except requests.RequestException as exc:
             raise ConnectionError(
                 f"pulsar_state: the Pulsar admin API at {self.admin_url} is unreachable ({exc})"
@@ -166,6 +212,10 @@ class SourceOptions:
             detail = f"{resp.status_code}: {resp.text[:200]}"
             raise ConnectionError(f"pulsar_state: checking {self.topic} failed ({detail})")
         return resp
+
+    def admin_endpoint(self) -> AdminEndpoint:
+        """The admin API with these options' credentials and trust."""
+        return self.auth.admin_endpoint(self.admin_url)
 
     def last_position(self) -> Position:
         """The topic's last message id (a short-lived subscription asks the broker)."""
@@ -182,7 +232,14 @@ class SourceOptions:
             finally:
                 consumer.unsubscribe()
         except pulsar.PulsarException as exc:
-            raise ConnectionError(f"pulsar_state: cannot reach {self.service_url}: {exc}") from None
+            hint = ""
+            if self.service_url.startswith("pulsar+ssl://") and not (
+                self.auth.tls_trust_cert_path or self.auth.tls_allow_insecure
+            ):
+                hint = f" (over TLS: {_TRUST_HINT})"
+            raise ConnectionError(
+                f"pulsar_state: cannot reach {self.service_url}: {exc}{hint}"
+            ) from None
         finally:
             client.close()
 
