@@ -206,8 +206,14 @@ class SourceOptions:
             ) from None
         if resp.status_code == 404:
             raise ValueError(f"pulsar_state: topic {topic or self.topic} does not exist")
-        if resp.status_code in (401, 403):
-            raise PermissionError(f"pulsar_state: not allowed to read {self.topic}")
+        if resp.status_code == 401:
+            raise PermissionError(
+                f"pulsar_state: not allowed to read {self.topic}: the admin API at "
+                f"{self.admin_url} did not accept this source's credentials (give them with "
+                "authToken, or authPlugin and authParams, e.g. a TLS client certificate)"
+            )
+        if resp.status_code == 403:
+            raise PermissionError(f"pulsar_state: not allowed to read {self.topic} (403)")
         if resp.status_code != 200:
             detail = f"{resp.status_code}: {resp.text[:200]}"
             raise ConnectionError(f"pulsar_state: checking {self.topic} failed ({detail})")
