@@ -30,7 +30,11 @@ Modes (option ``mode``):
 
 Other options: ``valueFormat`` (``json``: the value as JSON text, validated;
 ``string``; ``binary``), ``includeMetadata`` (adds ``position`` and
-``publish_time`` to snapshots), ``authToken`` (JWT), ``numPartitions`` (a
+``publish_time`` to snapshots), ``authToken`` (JWT) or ``authPlugin`` and
+``authParams`` (token, basic, tls client certificate), ``tlsTrustCertsFilePath``,
+``tlsAllowInsecureConnection`` and ``tlsEnableHostnameVerification`` (spelled as
+in Pulsar's ``client.conf``; one :class:`~pulsar_state.cluster_auth.ClusterAuth`
+for every client and admin call), ``numPartitions`` (a
 snapshot: split keys by hash across tasks, each task reads the topic; a
 changelog: that many disjoint ranges of whole entries read in parallel, by
 default one per driver core; see
