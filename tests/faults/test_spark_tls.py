@@ -11,78 +11,25 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pulsar
 import pytest
-import trustme
-from cryptography.hazmat.primitives import serialization
-from harness import REPO_ROOT, unique_topic
+from harness import unique_topic
 from pyspark.sql import DataFrame, SparkSession
+from tls_brokers import TlsBroker, tls_standalone
 
 from pulsar_state import AdminEndpoint, PulsarMap
 from pulsar_state.connectors.spark_source import PulsarStateDataSource
-from pulsar_state.deploy.standalone import StandaloneBroker
-
-
-@dataclass
-class TlsBroker:
-    service_url: str  # pulsar+ssl://
-    admin_url: str  # https://
-    ca_file: str
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
     """A private standalone (its own data dir, its own ports) on TLS only."""
-    base = os.environ.get("PULSAR_STATE_TEST_DATA_DIR") or str(REPO_ROOT / ".pulsar" / "test")
-    certs = tmp_path_factory.mktemp("spark-tls")
-    ca = trustme.CA(key_type=trustme.KeyType.RSA)
-    server = ca.issue_cert("127.0.0.1", "localhost", key_type=trustme.KeyType.RSA)
-    ca_file, cert_file, key_file = certs / "ca.pem", certs / "broker.pem", certs / "broker.key"
-    ca.cert_pem.write_to_path(str(ca_file))
-    server.cert_chain_pems[0].write_to_path(str(cert_file))
-    key = serialization.load_pem_private_key(server.private_key_pem.bytes(), password=None)
-    key_file.write_bytes(  # the broker reads PKCS#8 keys
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    binary_port, web_port = _free_port(), _free_port()
-    broker = StandaloneBroker(
-        data_dir=Path(base + "-spark-tls"),
-        functions=False,
-        broker_settings={
-            "brokerServicePortTls": str(binary_port),
-            "webServicePortTls": str(web_port),
-            "tlsCertificateFilePath": str(cert_file),
-            "tlsKeyFilePath": str(key_file),
-            "tlsTrustCertsFilePath": str(ca_file),
-        },
-    )
-    broker.stop()
-    broker.start(fresh=True)
-    try:
-        yield TlsBroker(
-            service_url=f"pulsar+ssl://127.0.0.1:{binary_port}",
-            admin_url=f"https://127.0.0.1:{web_port}",
-            ca_file=str(ca_file),
-        )
-    finally:
-        broker.stop()
+    with tls_standalone(tmp_path_factory.mktemp("spark-tls"), "spark-tls") as broker:
+        yield broker
 
 
 @pytest.fixture(scope="module")

@@ -13,103 +13,26 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pulsar
 import pytest
-import trustme
-from cryptography.hazmat.primitives import serialization
-from harness import REPO_ROOT, unique_topic
+from harness import unique_topic
 from pyspark.sql import DataFrame, SparkSession
+from tls_brokers import ClientAuthBroker, client_auth_standalone
 
 from pulsar_state import PulsarMap
 from pulsar_state.cluster_auth import ClusterAuth
 from pulsar_state.connectors.spark_source import PulsarStateDataSource
-from pulsar_state.deploy.standalone import StandaloneBroker
-from pulsar_state.deploy.token_auth import TokenAuthority
-
-TLS_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProviderTls"
-
-
-@dataclass
-class CertBroker:
-    service_url: str  # pulsar+ssl://
-    admin_url: str  # https://
-    ca_file: str
-    cert_file: str  # the client certificate (CN = the super-user)
-    key_file: str
-
-    @property
-    def auth_params(self) -> str:
-        return f"tlsCertFile:{self.cert_file},tlsKeyFile:{self.key_file}"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _write_pkcs8(key_pem: bytes, path: Path) -> None:
-    key = serialization.load_pem_private_key(key_pem, password=None)
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
 
 
 @pytest.fixture(scope="module")
-def cert_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CertBroker]:
-    base = os.environ.get("PULSAR_STATE_TEST_DATA_DIR") or str(REPO_ROOT / ".pulsar" / "test")
+def cert_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClientAuthBroker]:
     certs = tmp_path_factory.mktemp("spark-tls-client-auth")
-    ca = trustme.CA(key_type=trustme.KeyType.RSA)
-    server = ca.issue_cert("127.0.0.1", "localhost", key_type=trustme.KeyType.RSA)
-    authority = TokenAuthority()
-    user = ca.issue_cert("admin", common_name=authority.superuser, key_type=trustme.KeyType.RSA)
-    ca_file = certs / "ca.pem"
-    ca.cert_pem.write_to_path(str(ca_file))
-    server.cert_chain_pems[0].write_to_path(str(certs / "broker.pem"))
-    _write_pkcs8(server.private_key_pem.bytes(), certs / "broker.key")  # the broker reads PKCS#8
-    user.cert_chain_pems[0].write_to_path(str(certs / "client.pem"))
-    _write_pkcs8(user.private_key_pem.bytes(), certs / "client.key")
-    binary_port, web_port = _free_port(), _free_port()
-    settings = authority.broker_settings()
-    settings.update(
-        {
-            "authenticationProviders": f"{TLS_PROVIDER},{settings['authenticationProviders']}",
-            "brokerServicePortTls": str(binary_port),
-            "webServicePortTls": str(web_port),
-            "tlsCertificateFilePath": str(certs / "broker.pem"),
-            "tlsKeyFilePath": str(certs / "broker.key"),
-            "tlsTrustCertsFilePath": str(ca_file),
-        }
-    )
-    broker = StandaloneBroker(
-        data_dir=Path(base + "-spark-tls-client-auth"),
-        functions=False,
-        broker_settings=settings,
-        admin_token=authority.superuser_token,
-    )
-    broker.stop()
-    broker.start(fresh=True)
-    try:
-        yield CertBroker(
-            service_url=f"pulsar+ssl://127.0.0.1:{binary_port}",
-            admin_url=f"https://127.0.0.1:{web_port}",
-            ca_file=str(ca_file),
-            cert_file=str(certs / "client.pem"),
-            key_file=str(certs / "client.key"),
-        )
-    finally:
-        broker.stop()
+    with client_auth_standalone(certs, "spark-tls-client-auth") as broker:
+        yield broker
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +52,7 @@ def spark() -> Iterator[SparkSession]:
 
 
 @pytest.fixture(scope="module")
-def written(cert_broker: CertBroker) -> tuple[str, dict[str, Any]]:
+def written(cert_broker: ClientAuthBroker) -> tuple[str, dict[str, Any]]:
     """A map written with the core, authenticated by the same certificate."""
     auth = ClusterAuth(
         auth_plugin="tls",
@@ -154,7 +77,7 @@ def written(cert_broker: CertBroker) -> tuple[str, dict[str, Any]]:
     return topic, rows
 
 
-def _read(spark: SparkSession, broker: CertBroker, topic: str, **options: str) -> DataFrame:
+def _read(spark: SparkSession, broker: ClientAuthBroker, topic: str, **options: str) -> DataFrame:
     reader = (
         spark.read.format("pulsar_state")
         .option("serviceUrl", broker.service_url)
@@ -169,7 +92,7 @@ def _read(spark: SparkSession, broker: CertBroker, topic: str, **options: str) -
 
 
 def test_a_snapshot_with_a_tls_client_certificate(
-    spark: SparkSession, cert_broker: CertBroker, written: tuple[str, dict[str, Any]]
+    spark: SparkSession, cert_broker: ClientAuthBroker, written: tuple[str, dict[str, Any]]
 ) -> None:
     topic, rows = written
     df = _read(
@@ -184,7 +107,7 @@ def test_a_snapshot_with_a_tls_client_certificate(
 
 
 def test_without_the_certificate_the_read_is_refused_clearly(
-    spark: SparkSession, cert_broker: CertBroker, written: tuple[str, dict[str, Any]]
+    spark: SparkSession, cert_broker: ClientAuthBroker, written: tuple[str, dict[str, Any]]
 ) -> None:
     topic, _ = written
     with pytest.raises(Exception) as refused:  # Spark wraps the source's PermissionError

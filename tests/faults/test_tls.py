@@ -13,12 +13,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -27,8 +25,8 @@ import pulsar
 import pytest
 import requests
 import trustme
-from cryptography.hazmat.primitives import serialization
-from harness import REPO_ROOT, pulsar_state_cli, unique_topic
+from harness import pulsar_state_cli, unique_topic
+from tls_brokers import TlsBroker, tls_standalone
 
 from pulsar_state import (
     AdminEndpoint,
@@ -44,74 +42,16 @@ from pulsar_state.deploy.demo import _shared_state_demo
 from pulsar_state.deploy.errors import FunctionNotReadyError
 from pulsar_state.deploy.function_ready import DeployedFunction
 from pulsar_state.deploy.functions_deploy import _wait_ready
-from pulsar_state.deploy.standalone import StandaloneBroker
 from pulsar_state.functions.function_map import open_function_map
 from pulsar_state.functions.metadata_manager import FunctionMetadataManager
 from pulsar_state.position import Position
 from pulsar_state.topic_names import admin_path
 
 
-@dataclass
-class TlsBroker:
-    service_url: str  # pulsar+ssl://
-    admin_url: str  # https://
-    ca_file: str
-
-    def client(self, *, trusted: bool = True) -> pulsar.Client:
-        return pulsar.Client(
-            self.service_url,
-            tls_trust_certs_file_path=self.ca_file if trusted else None,
-            operation_timeout_seconds=10,
-            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-        )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
-    base = os.environ.get("PULSAR_STATE_TEST_DATA_DIR") or str(REPO_ROOT / ".pulsar" / "test")
-    certs = tmp_path_factory.mktemp("tls")
-    ca = trustme.CA(key_type=trustme.KeyType.RSA)
-    server = ca.issue_cert("127.0.0.1", "localhost", key_type=trustme.KeyType.RSA)
-    ca_file, cert_file, key_file = certs / "ca.pem", certs / "broker.pem", certs / "broker.key"
-    ca.cert_pem.write_to_path(str(ca_file))
-    server.cert_chain_pems[0].write_to_path(str(cert_file))
-    # the broker reads PKCS#8 keys
-    key = serialization.load_pem_private_key(server.private_key_pem.bytes(), password=None)
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    binary_port, web_port = _free_port(), _free_port()
-    broker = StandaloneBroker(
-        data_dir=Path(base + "-tls"),
-        functions=False,
-        broker_settings={
-            "brokerServicePortTls": str(binary_port),
-            "webServicePortTls": str(web_port),
-            "tlsCertificateFilePath": str(cert_file),
-            "tlsKeyFilePath": str(key_file),
-            "tlsTrustCertsFilePath": str(ca_file),
-        },
-    )
-    broker.stop()
-    broker.start(fresh=True)
-    try:
-        yield TlsBroker(
-            service_url=f"pulsar+ssl://127.0.0.1:{binary_port}",
-            admin_url=f"https://127.0.0.1:{web_port}",
-            ca_file=str(ca_file),
-        )
-    finally:
-        broker.stop()
+    with tls_standalone(tmp_path_factory.mktemp("tls"), "tls") as broker:
+        yield broker
 
 
 def test_the_admin_api_and_the_broker_really_speak_tls(tls_broker: TlsBroker) -> None:

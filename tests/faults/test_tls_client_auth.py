@@ -14,19 +14,14 @@ super-user's token (``TokenAuthority``); the tests below use certificates only.
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import pulsar
 import pytest
 import requests
-import trustme
-from cryptography.hazmat.primitives import serialization
-from harness import REPO_ROOT, pulsar_state_cli, unique_topic
+from harness import pulsar_state_cli, unique_topic
+from tls_brokers import ClientAuthBroker, client_auth_standalone
 
 from pulsar_state import (
     AdminEndpoint,
@@ -34,109 +29,14 @@ from pulsar_state import (
     PermissionDeniedError,
     PulsarMap,
 )
-from pulsar_state.cluster_auth import ClusterAuth
 from pulsar_state.connectors.sink_runner import run_sink
-from pulsar_state.deploy.standalone import StandaloneBroker
-from pulsar_state.deploy.token_auth import TokenAuthority
 from pulsar_state.topic_names import admin_path
-
-TLS_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProviderTls"
-
-
-@dataclass
-class ClientAuthBroker:
-    service_url: str  # pulsar+ssl://
-    admin_url: str  # https://
-    ca_file: str
-    cert_file: str  # the client certificate (CN=admin, the super-user)
-    key_file: str
-
-    @property
-    def auth(self) -> ClusterAuth:
-        return ClusterAuth(
-            auth_plugin="tls",
-            auth_params=f"tlsCertFile:{self.cert_file},tlsKeyFile:{self.key_file}",
-            tls_trust_cert_path=self.ca_file,
-        )
-
-    def client(self) -> pulsar.Client:
-        return pulsar.Client(
-            self.service_url,
-            operation_timeout_seconds=10,
-            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-            **self.auth.client_kwargs(),
-        )
-
-    def auth_args(self) -> list[str]:
-        return [
-            "--auth-plugin",
-            "tls",
-            "--auth-params",
-            f"tlsCertFile:{self.cert_file},tlsKeyFile:{self.key_file}",
-        ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _write_pkcs8(key_pem: bytes, path: Path) -> None:
-    key = serialization.load_pem_private_key(key_pem, password=None)
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
 
 
 @pytest.fixture(scope="module")
 def cert_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClientAuthBroker]:
-    base = os.environ.get("PULSAR_STATE_TEST_DATA_DIR") or str(REPO_ROOT / ".pulsar" / "test")
-    certs = tmp_path_factory.mktemp("tls-client-auth")
-    ca = trustme.CA(key_type=trustme.KeyType.RSA)
-    server = ca.issue_cert("127.0.0.1", "localhost", key_type=trustme.KeyType.RSA)
-    authority = TokenAuthority()
-    user = ca.issue_cert("admin", common_name=authority.superuser, key_type=trustme.KeyType.RSA)
-    ca_file = certs / "ca.pem"
-    ca.cert_pem.write_to_path(str(ca_file))
-    server.cert_chain_pems[0].write_to_path(str(certs / "broker.pem"))
-    _write_pkcs8(server.private_key_pem.bytes(), certs / "broker.key")  # the broker reads PKCS#8
-    user.cert_chain_pems[0].write_to_path(str(certs / "client.pem"))
-    _write_pkcs8(user.private_key_pem.bytes(), certs / "client.key")
-    binary_port, web_port = _free_port(), _free_port()
-    settings = authority.broker_settings()
-    settings.update(
-        {
-            "authenticationProviders": f"{TLS_PROVIDER},{settings['authenticationProviders']}",
-            "brokerServicePortTls": str(binary_port),
-            "webServicePortTls": str(web_port),
-            "tlsCertificateFilePath": str(certs / "broker.pem"),
-            "tlsKeyFilePath": str(certs / "broker.key"),
-            "tlsTrustCertsFilePath": str(ca_file),
-        }
-    )
-    broker = StandaloneBroker(
-        data_dir=Path(base + "-tls-client-auth"),
-        functions=False,
-        broker_settings=settings,
-        admin_token=authority.superuser_token,
-    )
-    broker.stop()
-    broker.start(fresh=True)
-    try:
-        yield ClientAuthBroker(
-            service_url=f"pulsar+ssl://127.0.0.1:{binary_port}",
-            admin_url=f"https://127.0.0.1:{web_port}",
-            ca_file=str(ca_file),
-            cert_file=str(certs / "client.pem"),
-            key_file=str(certs / "client.key"),
-        )
-    finally:
-        broker.stop()
+    with client_auth_standalone(tmp_path_factory.mktemp("tls-client-auth"), "tls-client-auth") as b:
+        yield b
 
 
 def test_the_broker_takes_the_client_certificate_and_refuses_anonymous_admin_calls(
