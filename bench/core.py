@@ -77,6 +77,25 @@ def _raw_many_round_trip(producer: pulsar.Producer, consumer: pulsar.Consumer, n
     receiver.join()
 
 
+def _sync_puts_per_s(
+    client: pulsar.Client,
+    admin_url: str,
+    prefix: str,
+    config: StateConfig,
+    args: argparse.Namespace,
+) -> float:
+    """Sync puts a second on a fresh map with ``config`` (after 200 warm-up puts)."""
+    with PulsarMap[str, int](client, _topic(prefix), admin_url=admin_url, config=config) as m:
+        for i in range(200):
+            m.put(f"w{i}", i).result()
+
+        def puts() -> None:
+            for i in range(args.sync_ops):
+                m.put(f"k{i % 1000}", i).result()
+
+        return args.sync_ops / timed(puts)
+
+
 def _raw_latest(consumer: pulsar.Consumer, n: int) -> None:
     for _ in range(n):
         consumer.get_last_message_id()
@@ -216,30 +235,16 @@ def main() -> None:
 
                     latest.ours.append(timed(ours_latest) / args.reads * 1e6)
 
-                tail_config = StateConfig(commit_on_ack=False)
-                with PulsarMap[str, int](
-                    client, _topic("map-tail"), admin_url=admin_url, config=tail_config
-                ) as tail:
-                    for i in range(200):  # warm up
-                        tail.put(f"w{i}", i).result()
-
-                    def tail_sync() -> None:
-                        for i in range(args.sync_ops):
-                            tail.put(f"k{i % 1000}", i).result()
-
-                    on_ack.reference.append(args.sync_ops / timed(tail_sync))
-                queued_config = StateConfig(direct_writes=False)
-                with PulsarMap[str, int](
-                    client, _topic("map-queued"), admin_url=admin_url, config=queued_config
-                ) as queued:
-                    for i in range(200):  # warm up
-                        queued.put(f"w{i}", i).result()
-
-                    def queued_sync() -> None:
-                        for i in range(args.sync_ops):
-                            queued.put(f"k{i % 1000}", i).result()
-
-                    direct.reference.append(args.sync_ops / timed(queued_sync))
+                on_ack.reference.append(
+                    _sync_puts_per_s(
+                        client, admin_url, "map-tail", StateConfig(commit_on_ack=False), args
+                    )
+                )
+                direct.reference.append(
+                    _sync_puts_per_s(
+                        client, admin_url, "map-queued", StateConfig(direct_writes=False), args
+                    )
+                )
                 raw_topic = _topic("raw")
                 producer = client.create_producer(raw_topic)
                 for _ in range(200):
