@@ -3,6 +3,11 @@
 The writer's producer batches until ``flush()``, so the messages of one write
 are stored as one BookKeeper entry, whole or not at all. Only the last message
 carries a callback; its acknowledgement reports for the entry.
+
+Messages are built with the client's native ``MessageBuilder`` and handed to
+the native producer (the wrapper's ``send_async`` type-checks ten optional
+arguments per message, about a tenth of a put's time in Python): our messages
+are made here, always bytes with str properties and a str key.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import _pulsar
 import pulsar
 
 from pulsar_state.position import Position
@@ -79,18 +85,31 @@ class _NoCallback:
     value: Any = None
 
 
+def _native(m: OutgoingMessage) -> Any:
+    """``m`` as the client's native message (what ``Producer.send_async`` builds)."""
+    builder = _pulsar.MessageBuilder()
+    builder.content(m.payload)
+    for name, value in m.properties.items():
+        builder.property(name, value)
+    if m.key:
+        builder.partition_key(m.key)
+    return builder.build()
+
+
+def _send(producer: pulsar.Producer, m: OutgoingMessage, callback: Any) -> None:
+    producer._producer.send_async(_native(m), callback)
+
+
 def _send_leading(producer: pulsar.Producer, messages: list[OutgoingMessage]) -> None:
     """All but the last of an entry's messages (the last one reports for all)."""
     for m in messages[:-1]:
         try:
-            producer.send_async(
-                m.payload, _NoCallback.value, properties=m.properties, partition_key=m.key
-            )
+            _send(producer, m, _NoCallback.value)
         except TypeError:  # refused before anything was sent
             if _NoCallback.value is _ignore:
                 raise
             _NoCallback.value = _ignore
-            producer.send_async(m.payload, _ignore, properties=m.properties, partition_key=m.key)
+            _send(producer, m, _ignore)
 
 
 def send_entry(
@@ -102,10 +121,7 @@ def send_entry(
     ``pulsar.PulsarException`` (the producer is closed or fenced).
     """
     _send_leading(producer, messages)
-    last = messages[-1]
-    producer.send_async(
-        last.payload, acks.callback, properties=last.properties, partition_key=last.key
-    )
+    _send(producer, messages[-1], acks.callback)
     producer.flush()
     return acks.wait(timeout_s)
 
@@ -128,7 +144,6 @@ def send_entry_async(
     fenced.
     """
     _send_leading(producer, messages)
-    last = messages[-1]
-    producer.send_async(last.payload, on_ack, properties=last.properties, partition_key=last.key)
+    _send(producer, messages[-1], on_ack)
     # the wrapper has no flush_async; the entry ends here, without waiting
     producer._producer.flush_async(_flushed)

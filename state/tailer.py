@@ -108,7 +108,7 @@ class Tailer(LogReplay[S, Op]):
         self._closed = False
         self._waiters: list[tuple[Position, int, Future[Position]]] = []
         self._seq = itertools.count()
-        self._last_msg: pulsar.Message | None = None
+        self._last_msg: Any = None  # the last received message (native), to acknowledge
         self._last_ack = time.monotonic()
         self._m_lag = metrics.LAG_MESSAGES.labels(topic)
         self.subscription = f"{config.subscription_prefix}{uuid.uuid4().hex[:16]}"
@@ -294,9 +294,14 @@ class Tailer(LogReplay[S, Op]):
     # -- the loop -------------------------------------------------------------
 
     def _run(self) -> None:
+        # the client's native receive: the wrapper's adds a type check and a
+        # wrapping object per message (every message of the topic, the
+        # writer's own included, comes by here); the replay reads both alike
+        native = getattr(self._consumer, "_consumer", None)
+        receive = native.receive if native is not None else self._consumer.receive
         while not self._closed:
             try:
-                msg = self._consumer.receive(timeout_millis=50)
+                msg = receive(50)
             except pulsar.Timeout:
                 self.flush()
                 self._maybe_ack(force=True)
