@@ -240,6 +240,7 @@ class SharedStateManager(Generic[S, Op]):
             snapshotter=self._snapshotter,
             snapshot_every=snapshots.every_writes if snapshots is not None else 0,
             after_publish=self._maybe_checkpoint if self._checkpointer is not None else None,
+            after_publish_due=self._checkpoint_due if self._checkpointer is not None else None,
         )
         self._closed = False
 
@@ -447,14 +448,23 @@ class SharedStateManager(Generic[S, Op]):
             tailer.applied_ops,
         )
 
+    def _checkpoint_due(self) -> bool:
+        """Whether a checkpoint is due (unlocked, any thread: ints, a racy read
+        is harmless)."""
+        checkpointer = self._checkpointer
+        tailer = self._tailer
+        return checkpointer is not None and checkpointer.due(
+            tailer.applied_ops,
+            len(tailer.state),  # type: ignore[arg-type]
+        )
+
     def _maybe_checkpoint(self) -> None:
         """After each publish (writer thread): a checkpoint when one is due."""
         checkpointer = self._checkpointer
         if checkpointer is None:
             return
         tailer = self._tailer
-        # unlocked first (ints, a racy read is harmless): most publishes stop here
-        if not checkpointer.due(tailer.applied_ops, len(tailer.state)):  # type: ignore[arg-type]
+        if not self._checkpoint_due():  # most publishes stop here
             return
         with tailer.lock:
             if checkpointer.due(tailer.applied_ops, len(tailer.state)):  # type: ignore[arg-type]

@@ -140,10 +140,13 @@ class Writer(Generic[S, Op]):
         snapshotter: Snapshotter[S] | None = None,
         snapshot_every: int = 0,
         after_publish: Callable[[], None] | None = None,
+        after_publish_due: Callable[[], bool] | None = None,
     ) -> None:
         self._snapshotter = snapshotter
         #: called on the writer thread after each published entry (checkpoints)
         self._after_publish = after_publish
+        #: whether ``after_publish`` has work now (cheap, called on any thread)
+        self._after_publish_due = after_publish_due
         self._snapshot_every = snapshot_every
         self._snapshot_at = tailer.applied_writes
         self._compactable = compactable
@@ -504,6 +507,19 @@ class Writer(Generic[S, Op]):
             except Exception:  # an optimisation (a checkpoint): never fail a write for it
                 log.exception("after-publish hook of %s failed", self._topic)
 
+    def _housekeeping_due(self) -> bool:
+        """Whether housekeeping has work now (cheap: the direct path asks at
+        each ack, so that a snapshot or checkpoint comes when due, not up to
+        ``_HOUSEKEEPING_EVERY`` writes later)."""
+        if self._tailer.stale_keys:
+            return True
+        if (
+            self._snapshotter is not None
+            and self._tailer.applied_writes - self._snapshot_at >= self._snapshot_every
+        ):
+            return True
+        return self._after_publish_due is not None and self._after_publish_due()
+
     # -- the direct path (see the module docstring) ---------------------------
 
     def _send_direct(self, request: WriteRequest[S, Op]) -> bool:
@@ -604,7 +620,7 @@ class Writer(Generic[S, Op]):
         self._m_writes.inc()
         self._m_direct.inc()
         self._direct_since_housekeeping += 1
-        if self._direct_since_housekeeping >= _HOUSEKEEPING_EVERY or self._tailer.stale_keys:
+        if self._direct_since_housekeeping >= _HOUSEKEEPING_EVERY or self._housekeeping_due():
             self._queue.put(_WAKE)
         if self._commit_on_ack(
             [direct.request],
