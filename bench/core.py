@@ -2,7 +2,8 @@
 
 1. sync ``PulsarMap.put`` vs sync ``producer.send`` (ops/s, goal ratio >= 0.8; p50
    and p99 latency of each; process CPU per op; and, for comparison, the put
-   completed on the tail and the put sent by the writer thread);
+   completed on the tail and the put sent by the writer thread, and what the
+   client costs a call that returns a future, before any code of ours);
 2. many concurrent ``put`` (group commit) vs ``send_async`` with batching (goal >= 0.7);
 3. caught-up ``get(latest=True)`` vs one ``consumer.get_last_message_id()``
    (latency, goal ratio <= 1.5).
@@ -18,6 +19,7 @@ import argparse
 import threading
 import time
 import uuid
+from concurrent.futures import Future
 from functools import partial
 
 import pulsar
@@ -36,6 +38,17 @@ def _raw_sync(producer: pulsar.Producer, n: int, latencies: list[float]) -> None
         start = time.perf_counter()
         producer.send(str(i).encode(), partition_key=f"k{i % 1000}")
         latencies.append(time.perf_counter() - start)
+
+
+def _raw_future_sync(producer: pulsar.Producer, n: int) -> None:
+    """``send_async``, its callback completing a future the caller waits on: what
+    a call that returns a future (as ``put`` does) costs before any code of ours."""
+    for i in range(n):
+        future: Future[pulsar.MessageId] = Future()
+        producer.send_async(
+            str(i).encode(), lambda r, m, f=future: f.set_result(m), partition_key=f"k{i % 1000}"
+        )
+        future.result()
 
 
 def _percentile_us(latencies: list[float], q: float) -> float:
@@ -153,6 +166,13 @@ def main() -> None:
         True,
         reference_name="send_async + batching",
     )
+    future_bound = Comparison(
+        "bound on row 1 for a call returning a future: send_async + future vs send",
+        "ops/s",
+        "(context)",
+        True,
+        reference_name="producer.send",
+    )
     sync_p50 = Comparison(
         "sync put latency p50", "µs", "(context)", False, reference_name="producer.send p50"
     )
@@ -192,6 +212,7 @@ def main() -> None:
         round_trip,
         many_round_trip,
         sync_bound,
+        future_bound,
         many_bound,
     ]
     with broker() as (service_url, admin_url):
@@ -258,6 +279,10 @@ def main() -> None:
                 cpu.reference.append((time.process_time() - cpu_start) / args.sync_ops * 1e6)
                 sync_p50.reference.append(_percentile_us(send_latencies, 0.5))
                 sync_p99.reference.append(_percentile_us(send_latencies, 0.99))
+                future_bound.ours.append(
+                    args.sync_ops / timed(partial(_raw_future_sync, producer, args.sync_ops))
+                )
+                future_bound.reference.append(sync.reference[-1])
                 producer.close()
                 batched = client.create_producer(
                     _topic("raw-async"), batching_enabled=True, block_if_queue_full=True
@@ -327,8 +352,10 @@ the Pulsar client's IO thread, our writer and tailer) per put or send: on a
 2-core machine that also runs the broker, the put's extra CPU is what keeps it
 from the raw send's rate. The read-your-writes rows compare the puts with a raw send
 followed by receiving that message back on a consumer (what a put completed on
-the tail must wait for); the last two rows measure that against the goals'
-references with no code of ours at all.
+the tail must wait for); the "bound" rows measure that, and a call that
+returns a future (`send_async` whose callback completes a `Future` the caller
+waits on, as `put(...).result()` must), against the goals' references with no
+code of ours at all.
 """,
     )
     print(path.read_text())
