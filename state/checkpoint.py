@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import random
 import threading
 import time
 import uuid
@@ -47,6 +48,7 @@ from pulsar_state.admin import PulsarAdmin
 from pulsar_state.checkpoint_format import (
     CHUNK_KIND,
     MANIFEST_KIND,
+    PROP_COVERS,
     PROP_ID,
     PROP_INDEX,
     PROP_PREVIOUS,
@@ -195,6 +197,29 @@ def find_manifest(
     return Manifest.from_json(msg.data()), landed
 
 
+def newest_covered(client: pulsar.Client, state_topic: str, timeout_ms: int) -> Position | None:
+    """The state-topic position the newest checkpoint covers, written or being
+    written (its chunks name it); ``None``: none, or its chunks do not say.
+
+    Raises:
+        pulsar.PulsarException: what the client raises reading the topic.
+    """
+    reader = client.create_reader(
+        checkpoint_topic(state_topic), pulsar.MessageId.latest, start_message_id_inclusive=True
+    )
+    try:
+        if not reader.has_message_available():
+            return None
+        msg = reader.read_next(timeout_millis=timeout_ms)
+    finally:
+        reader.close()
+    props = msg.properties()
+    if props.get("pss.k") == MANIFEST_KIND:
+        return Manifest.from_json(msg.data()).position
+    covers = props.get(PROP_COVERS)
+    return Position.parse(covers) if covers else None
+
+
 def anchor_exists(
     client: pulsar.Client, state_topic: str, position: Position, timeout_ms: int
 ) -> bool:
@@ -335,12 +360,21 @@ class MapCheckpointer:
         self._timeout_s = timeout_s
         self._lock = threading.Lock()
         self._producer: pulsar.Producer | None = None
-        self._running: Future[Manifest] | None = None
+        self._running: Future[Manifest | None] | None = None
         self._closed = False
         #: where the newest complete manifest known here is (chunks point back to it)
         self._previous: Position | None = None
-        #: the applied-ops count at the last checkpoint written here
+        #: the applied-ops count at the last checkpoint written (or found) here
         self.taken_at_ops = 0
+        #: the state position that count runs from: where this process
+        #: bootstrapped, or the newest checkpoint it wrote or found since
+        self._counted_from: Position | None = None
+        #: automatic checkpoints not written: another holder's was newer
+        self.skipped = 0
+        #: ``every_ops`` plus up to a tenth more, drawn once per process: holders
+        #: that count the same ops from the same start (started together) would
+        #: otherwise come due at the same op, and each write one
+        self._due_every = policy.every_ops + random.randrange(policy.every_ops // 10 + 1)
         #: when the last automatic attempt started (monotonic), ok or not
         self._attempted_at = -float("inf")
         self.written = 0
@@ -406,7 +440,7 @@ class MapCheckpointer:
             not self._closed
             and not self.busy
             and keys >= self.policy.min_keys
-            and applied_ops - self.taken_at_ops >= self.policy.every_ops
+            and applied_ops - self.taken_at_ops >= self._due_every
             and time.monotonic() - self._attempted_at >= self.policy.min_interval_s
         )
 
@@ -417,25 +451,28 @@ class MapCheckpointer:
         epoch: int,
         stale_keys: dict[str, Position],
         applied_ops: int,
-    ) -> Future[Manifest]:
+        *,
+        automatic: bool = False,
+    ) -> Future[Manifest | None]:
         """Checkpoint ``state`` as applied through ``position``; call under the state lock.
 
         Only a shallow copy is made here (values are never changed in place);
         serializing and publishing run on a thread of their own. At most one
         checkpoint runs at a time: the caller checks :attr:`busy` first (a
-        busy checkpointer raises).
+        busy checkpointer raises). An ``automatic`` one completes with ``None``,
+        not written, when another holder wrote or is writing a newer one.
         """
         with self._lock:
             if self._running is not None and not self._running.done():
                 raise CheckpointError("a checkpoint is already being written")
-            result: Future[Manifest] = Future()
+            result: Future[Manifest | None] = Future()
             if self._closed:
                 futures.set_exception(result, CheckpointError("the checkpointer is closed"))
                 return result
             self._running = result
             self._attempted_at = time.monotonic()
 
-        def written(done: Future[Manifest]) -> None:
+        def written(done: Future[Manifest | None]) -> None:
             if done.exception() is None:
                 self.taken_at_ops = max(self.taken_at_ops, applied_ops)
 
@@ -446,14 +483,17 @@ class MapCheckpointer:
         taken_ms = int(time.time() * 1000)
         thread = threading.Thread(
             target=futures.run_into,
-            args=(result, lambda: self._write(items, position, epoch, stale, taken_ms)),
+            args=(
+                result,
+                lambda: self._write(items, position, epoch, stale, taken_ms, automatic=automatic),
+            ),
             name=f"pss-checkpoint-{self.state_topic.rsplit('/', 1)[-1]}",
             daemon=True,
         )
         thread.start()
         return result
 
-    def _log_failure(self, done: Future[Manifest]) -> None:
+    def _log_failure(self, done: Future[Manifest | None]) -> None:
         exc = done.exception()
         if exc is not None:  # a shortcut: never fatal, the next one may succeed
             log.warning("checkpoint of %s failed: %s", self.state_topic, exc)
@@ -464,7 +504,7 @@ class MapCheckpointer:
         return self._closed
 
     @property
-    def running(self) -> Future[Manifest] | None:
+    def running(self) -> Future[Manifest | None] | None:
         """The checkpoint being written, if any."""
         running = self._running
         return running if running is not None and not running.done() else None
@@ -506,8 +546,12 @@ class MapCheckpointer:
         epoch: int,
         stale: dict[str, Position],
         taken_ms: int,
-    ) -> Manifest:
+        *,
+        automatic: bool,
+    ) -> Manifest | None:
         started = time.monotonic()
+        if automatic and self._newer_elsewhere():
+            return None
         checkpoint_id = uuid.uuid4().hex
         producer = self._ensure_producer()
         self._refresh_previous()
@@ -529,7 +573,9 @@ class MapCheckpointer:
                 raise CheckpointError("the map closed during its checkpoint")
             acks.append(
                 self._send(
-                    producer, payload, chunk_properties(checkpoint_id, index, self._previous)
+                    producer,
+                    payload,
+                    chunk_properties(checkpoint_id, index, self._previous, position),
                 )
             )
             count += n
@@ -549,6 +595,7 @@ class MapCheckpointer:
             raise CheckpointError("the map closed during its checkpoint")
         landed = self._publish_manifest(producer, manifest)
         self._previous = landed
+        self.counting_from(position)
         self._keep_from(chunks[0] if chunks else landed)
         self.written += 1
         self.last = manifest
@@ -562,6 +609,40 @@ class MapCheckpointer:
             time.monotonic() - started,
         )
         return manifest
+
+    def _newer_elsewhere(self) -> bool:
+        """Whether another holder wrote, or is writing, a checkpoint newer than
+        where this process's count of applied ops began (then that one serves).
+
+        Processes that take turns as the holder all apply every op, so all
+        come due. The count then runs from the one found: the next is due
+        ``every_ops`` from now, at most twice the cadence after it.
+        """
+        counted_from = self._counted_from
+        if counted_from is None:
+            return False
+        try:
+            covered = newest_covered(self._client, self.state_topic, int(self._timeout_s * 1000))
+        except Exception as exc:  # then write one: a checkpoint too many is harmless
+            log.debug("could not read the newest checkpoint of %s: %s", self.state_topic, exc)
+            return False
+        if covered is None or not covered > counted_from:
+            return False
+        self._counted_from = covered
+        self.skipped += 1
+        log.info(
+            "checkpoint of %s not written: another holder's covers %s, newer than this "
+            "process's count",
+            self.state_topic,
+            covered,
+        )
+        return True
+
+    def counting_from(self, position: Position) -> None:
+        """The applied-ops count runs from ``position`` (bootstrap's end, or a
+        checkpoint of it): a newer checkpoint found when due serves instead."""
+        if self._counted_from is None or position > self._counted_from:
+            self._counted_from = position
 
     def _refresh_previous(self) -> None:
         """Point this checkpoint's chunks at the newest complete manifest, whoever

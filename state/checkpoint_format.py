@@ -8,7 +8,8 @@ the companion topic ``<topic>-pss-checkpoints`` as consecutive messages::
                binary: the topic's message key and payload of each entry),
                properties {"pss": "1", "pss.k": "checkpoint-chunk",
                "pss.cp": <checkpoint id>, "pss.cp.i": <index>,
-               "pss.cp.prev": <position of the previous manifest>}
+               "pss.cp.prev": <position of the previous manifest>,
+               "pss.cp.at": <the state-topic position it covers>}
     manifest : payload = JSON (:class:`Manifest`), properties {"pss": "1",
                "pss.k": "checkpoint", "pss.cp": <checkpoint id>}
 
@@ -36,6 +37,7 @@ from pulsar_state.position import Position
 __all__ = [
     "CHUNK_KIND",
     "MANIFEST_KIND",
+    "PROP_COVERS",
     "Manifest",
     "chunk_properties",
     "decode_chunk",
@@ -49,6 +51,9 @@ MANIFEST_KIND = "checkpoint"
 PROP_ID = "pss.cp"
 PROP_INDEX = "pss.cp.i"
 PROP_PREVIOUS = "pss.cp.prev"
+#: on a chunk: the state-topic position its checkpoint covers (so a holder that
+#: comes due sees a newer checkpoint being written, not only a written one)
+PROP_COVERS = "pss.cp.at"
 
 #: per-row overhead of the Arrow columns (two offsets), for sizing chunks
 _ROW_OVERHEAD = 8
@@ -149,10 +154,14 @@ def manifest_properties(checkpoint_id: str) -> dict[str, str]:
     return {"pss": "1", "pss.k": MANIFEST_KIND, PROP_ID: checkpoint_id}
 
 
-def chunk_properties(checkpoint_id: str, index: int, previous: Position | None) -> dict[str, str]:
+def chunk_properties(
+    checkpoint_id: str, index: int, previous: Position | None, covers: Position | None = None
+) -> dict[str, str]:
     props = {"pss": "1", "pss.k": CHUNK_KIND, PROP_ID: checkpoint_id, PROP_INDEX: str(index)}
     if previous is not None:
         props[PROP_PREVIOUS] = str(previous)
+    if covers is not None:
+        props[PROP_COVERS] = str(covers)
     return props
 
 

@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar, cast
 
 import pulsar
 
@@ -230,6 +230,8 @@ class SharedStateManager(Generic[S, Op]):
             raise
         self.bootstrap_s = time.monotonic() - started
         metrics.BOOTSTRAP_SECONDS.labels(self.topic).set(self.bootstrap_s)
+        if self._checkpointer is not None:  # its count of applied ops starts here
+            self._checkpointer.counting_from(self._tailer.applied)
         self._writer: Writer[S, Op] = Writer(
             client=client,
             topic=self.topic,
@@ -424,10 +426,11 @@ class SharedStateManager(Generic[S, Op]):
         with self._tailer.lock:
             running = checkpointer.running
             if running is None:
-                return self._take_checkpoint_locked(checkpointer)
+                # not automatic: always written, so its future gives a Manifest
+                return cast("Future[Manifest]", self._take_checkpoint_locked(checkpointer))
         result: Future[Manifest] = Future()
 
-        def after_running(_done: Future[Manifest]) -> None:
+        def after_running(_done: Future[Manifest | None]) -> None:
             # the running one may predate this call: take a fresh one
             try:
                 futures.chain(self.checkpoint(), result)
@@ -437,8 +440,11 @@ class SharedStateManager(Generic[S, Op]):
         running.add_done_callback(after_running)
         return result
 
-    def _take_checkpoint_locked(self, checkpointer: MapCheckpointer) -> Future[Manifest]:
-        """Start a checkpoint of the state as applied now (under the state lock)."""
+    def _take_checkpoint_locked(
+        self, checkpointer: MapCheckpointer, *, automatic: bool = False
+    ) -> Future[Manifest | None]:
+        """Start a checkpoint of the state as applied now (under the state lock);
+        an ``automatic`` one is not written if another holder's is newer."""
         tailer = self._tailer
         return checkpointer.take(
             tailer.state,  # type: ignore[arg-type]
@@ -446,6 +452,7 @@ class SharedStateManager(Generic[S, Op]):
             tailer.epoch,
             tailer.stale_keys,
             tailer.applied_ops,
+            automatic=automatic,
         )
 
     def _checkpoint_due(self) -> bool:
@@ -468,7 +475,7 @@ class SharedStateManager(Generic[S, Op]):
             return
         with tailer.lock:
             if checkpointer.due(tailer.applied_ops, len(tailer.state)):  # type: ignore[arg-type]
-                self._take_checkpoint_locked(checkpointer)
+                self._take_checkpoint_locked(checkpointer, automatic=True)
 
     @property
     def checkpointer(self) -> MapCheckpointer | None:

@@ -143,7 +143,8 @@ class Writer(Generic[S, Op]):
         after_publish_due: Callable[[], bool] | None = None,
     ) -> None:
         self._snapshotter = snapshotter
-        #: called on the writer thread after each published entry (checkpoints)
+        #: called on the writer thread after publishing, while holding the
+        #: topic (checkpoints)
         self._after_publish = after_publish
         #: whether ``after_publish`` has work now (cheap, called on any thread)
         self._after_publish_due = after_publish_due
@@ -501,7 +502,9 @@ class Writer(Generic[S, Op]):
         self._direct_since_housekeeping = 0
         self._repair()
         self._maybe_snapshot()
-        if self._after_publish is not None:
+        # only while holding the topic: a process that let it go leaves the
+        # next checkpoint to the holder (who may have written one meanwhile)
+        if self._after_publish is not None and self._holder.producer is not None:
             try:
                 self._after_publish()
             except Exception:  # an optimisation (a checkpoint): never fail a write for it
