@@ -596,7 +596,7 @@ class MapCheckpointer:
         landed = self._publish_manifest(producer, manifest)
         self._previous = landed
         self.counting_from(position)
-        self._keep_from(chunks[0] if chunks else landed)
+        self.keep_newest(chunks[0] if chunks else landed)
         self.written += 1
         self.last = manifest
         log.info(
@@ -694,8 +694,20 @@ class MapCheckpointer:
         finally:
             keeper.close()
 
-    def _keep_from(self, first: Position) -> None:
-        """Move the keeper subscription to ``first`` (a failure only keeps older ones longer)."""
+    def keep_newest(self, own_first: Position) -> None:
+        """Move the keeper subscription to the first chunk of the newest complete
+        checkpoint, which readers use: it may be another holder's, written
+        meanwhile, whose chunks lie before this process's (``own_first``, used
+        when the topic cannot be read). A failure only keeps older ones longer."""
+        first = own_first
+        try:
+            found = find_manifest(self._client, self.state_topic, int(self._timeout_s * 1000))
+        except Exception as exc:
+            log.debug("could not read the newest manifest of %s: %s", self.state_topic, exc)
+            found = None
+        if found is not None:
+            manifest, landed = found
+            first = min(manifest.chunks) if manifest.chunks else landed
         try:
             self._keeper(seek_to=first)
         except pulsar.PulsarException as exc:

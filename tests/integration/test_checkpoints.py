@@ -16,7 +16,7 @@ import pytest
 from harness import compact_topic, unique_topic, wait_until
 from prometheus_client import REGISTRY
 
-from pulsar_state import BytesSerde, CheckpointPolicy, PulsarMap, StateConfig
+from pulsar_state import BytesSerde, CheckpointPolicy, JsonSerde, PulsarMap, StateConfig
 from pulsar_state.admin import PulsarAdmin
 from pulsar_state.checkpoint import KEEPER_SUBSCRIPTION
 from pulsar_state.checkpoint_format import (
@@ -241,6 +241,54 @@ def test_the_holder_checkpoints_by_itself_and_the_keeper_holds_the_newest(
         admin.close()
     with _open(make_client(), topic, admin_url, checkpoints=policy) as m:
         assert m.manager.bootstrap_source == "checkpoint"
+        assert m.items().result() == expected
+
+
+def test_the_keeper_holds_the_newest_checkpoint_whoever_wrote_it(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    """Two holders' checkpoints interleave: the one whose manifest lands last
+    (the newest, which readers use) sent its chunk first. The other holder,
+    moving the keeper after its own manifest, moves it to the newest's first
+    chunk: to its own, Pulsar could trim that chunk (the map would replay)."""
+    topic = unique_topic("ckpt-keeper")
+    client = make_client()
+    with _open(client, topic, admin_url) as m:
+        expected = _load(m, 50)
+        at = m.manager.position
+        serde = JsonSerde()
+        ((chunk, rows),) = encode_chunks(
+            [(k, serde.serialize(v)) for k, v in expected.items()],
+            chunk_bytes=1 << 20,
+            compression=None,
+        )
+        producer = client.create_producer(checkpoint_topic(topic), batching_enabled=False)
+        try:
+            # the other holder's chunk goes out first, then this holder's
+            # whole checkpoint, then the other's manifest: the newest
+            other_chunk = Position.from_message_id(
+                producer.send(chunk, properties=chunk_properties("other", 0, None, at))
+            )
+            own = m.checkpoint().result(timeout=60)
+            other = Manifest(
+                id="other", position=at, epoch=own.epoch, rows=rows, chunks=(other_chunk,)
+            )
+            producer.send(other.to_json(), properties=manifest_properties("other"))
+        finally:
+            producer.close()
+        checkpointer = m.manager.checkpointer
+        assert checkpointer is not None
+        checkpointer.keep_newest(own.chunks[0])  # this holder's move, after it
+    admin = PulsarAdmin(admin_url)
+    try:
+        subs = admin.stats(checkpoint_topic(topic))["subscriptions"]
+    finally:
+        admin.close()
+    # kept from the other's chunk: it, this holder's chunks and both manifests
+    assert subs[KEEPER_SUBSCRIPTION]["msgBacklog"] == 1 + len(own.chunks) + 2
+    with _open(make_client(), topic, admin_url) as m:
+        assert m.manager.bootstrap_source == "checkpoint"
+        assert m.manager.checkpointer.last.id == "other"  # type: ignore[union-attr]
         assert m.items().result() == expected
 
 
