@@ -157,6 +157,17 @@ def _bad(state_topic: str, what: str) -> None:
     log.warning("not using the checkpoint of %s: %s; replaying the topic", state_topic, what)
 
 
+def _last_message(client: pulsar.Client, topic: str, timeout_ms: int) -> pulsar.Message | None:
+    """The last message of ``topic``, or ``None`` (empty)."""
+    reader = client.create_reader(topic, pulsar.MessageId.latest, start_message_id_inclusive=True)
+    try:
+        if not reader.has_message_available():
+            return None
+        return reader.read_next(timeout_millis=timeout_ms)
+    finally:
+        reader.close()
+
+
 def find_manifest(
     client: pulsar.Client, state_topic: str, timeout_ms: int
 ) -> tuple[Manifest, Position] | None:
@@ -168,13 +179,9 @@ def find_manifest(
         pulsar.PulsarException: what the client raises reading the topic.
     """
     topic = checkpoint_topic(state_topic)
-    reader = client.create_reader(topic, pulsar.MessageId.latest, start_message_id_inclusive=True)
-    try:
-        if not reader.has_message_available():
-            return None
-        msg = reader.read_next(timeout_millis=timeout_ms)
-    finally:
-        reader.close()
+    msg = _last_message(client, topic, timeout_ms)
+    if msg is None:
+        return None
     props = msg.properties()
     if props.get("pss.k") == MANIFEST_KIND:
         return Manifest.from_json(msg.data()), Position.from_message_id(msg.message_id())
@@ -204,15 +211,9 @@ def newest_covered(client: pulsar.Client, state_topic: str, timeout_ms: int) -> 
     Raises:
         pulsar.PulsarException: what the client raises reading the topic.
     """
-    reader = client.create_reader(
-        checkpoint_topic(state_topic), pulsar.MessageId.latest, start_message_id_inclusive=True
-    )
-    try:
-        if not reader.has_message_available():
-            return None
-        msg = reader.read_next(timeout_millis=timeout_ms)
-    finally:
-        reader.close()
+    msg = _last_message(client, checkpoint_topic(state_topic), timeout_ms)
+    if msg is None:
+        return None
     props = msg.properties()
     if props.get("pss.k") == MANIFEST_KIND:
         return Manifest.from_json(msg.data()).position
