@@ -27,9 +27,16 @@ from pulsar_state.errors import (
     StateTopicError,
     TopicNotFoundError,
 )
+from pulsar_state.position import Position
 from pulsar_state.topic_names import admin_path
 
-__all__ = ["PulsarAdmin", "refusal_reason", "tls_verify", "topic_path"]
+__all__ = [
+    "PulsarAdmin",
+    "entries_compacted_after",
+    "refusal_reason",
+    "tls_verify",
+    "topic_path",
+]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +45,34 @@ def topic_path(topic: str) -> str:
     """``persistent://t/ns/name`` -> ``persistent/t/ns/name`` (validated; see
     :func:`pulsar_state.topic_names.admin_path`)."""
     return admin_path(topic)
+
+
+def entries_compacted_after(internal_stats: dict[str, Any], position: Position) -> int:
+    """Entries of the topic after ``position`` that compaction has absorbed: up
+    to the compaction horizon (the ``__compaction`` cursor), counted from the
+    ledgers of the topic's ``internalStats``; 0 without a horizon past it."""
+    horizon = internal_stats.get("cursors", {}).get("__compaction", {}).get("markDeletePosition")
+    if not horizon:
+        return 0
+    try:
+        h_ledger, h_entry = (int(part) for part in str(horizon).split(":"))
+        current = int(str(internal_stats.get("lastConfirmedEntry", "-1:-1")).split(":")[0])
+    except ValueError:
+        return 0
+    total = 0
+    for ledger in internal_stats.get("ledgers", []):
+        ledger_id = int(ledger.get("ledgerId", -1))
+        if ledger_id < position.ledger or ledger_id > h_ledger:
+            continue
+        count = int(
+            internal_stats.get("currentLedgerEntries", 0)
+            if ledger_id == current
+            else ledger.get("entries", 0)
+        )
+        first = position.entry + 1 if ledger_id == position.ledger else 0
+        last = h_entry + 1 if ledger_id == h_ledger else count
+        total += max(0, last - first)
+    return total
 
 
 _insecure_said = False
@@ -313,6 +348,12 @@ class PulsarAdmin:
         resp = self.request("GET", f"/admin/v2/{topic_path(topic)}/compaction")
         self._check(resp, f"reading compaction status of {topic}")
         return str(resp.json().get("status", "NOT_RUN"))
+
+    def internal_stats(self, topic: str) -> dict[str, Any]:
+        """The managed ledger's ``internalStats``: ledgers, cursors, compaction."""
+        resp = self.request("GET", f"/admin/v2/{topic_path(topic)}/internalStats")
+        self._check(resp, f"reading internal stats of {topic}")
+        return dict(resp.json())
 
     def stats(self, topic: str) -> dict[str, Any]:
         resp = self.request("GET", f"/admin/v2/{topic_path(topic)}/stats")

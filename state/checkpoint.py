@@ -44,7 +44,7 @@ from typing import Any
 import pulsar
 
 from pulsar_state import futures, metrics
-from pulsar_state.admin import PulsarAdmin
+from pulsar_state.admin import PulsarAdmin, entries_compacted_after
 from pulsar_state.checkpoint_format import (
     CHUNK_KIND,
     MANIFEST_KIND,
@@ -372,6 +372,8 @@ class MapCheckpointer:
         self._counted_from: Position | None = None
         #: automatic checkpoints not written: another holder's was newer
         self.skipped = 0
+        #: checkpoints not loaded: the compacted topic was closer (_compacted_past)
+        self.passed_over = 0
         #: ``every_ops`` plus up to a tenth more, drawn once per process: holders
         #: that count the same ops from the same start (started together) would
         #: otherwise come due at the same op, and each write one
@@ -406,6 +408,8 @@ class MapCheckpointer:
             _bad(self.state_topic, f"{type(exc).__name__}: {exc}")
             return None
         manifest, at = found
+        if self._compacted_past(manifest):
+            return None
         try:
             state = _tables_to_dict(
                 read_chunks(self._client, self.state_topic, manifest, timeout_ms),
@@ -428,6 +432,35 @@ class MapCheckpointer:
             manifest.position,
         )
         return LoadedCheckpoint(state, manifest)
+
+    def _compacted_past(self, manifest: Manifest) -> bool:
+        """Whether replaying the compacted topic reads less than ``manifest``
+        plus its raw tail: compaction has absorbed more entries since the
+        checkpoint than the map has keys (a checkpoint nobody refreshes: its
+        holders run without pyarrow or with ``checkpoints=False``). The raw
+        tail costs a message each, the compacted view about one per key, the
+        checkpoint a tenth of that. Needs the admin API; without it, or if it
+        refuses, the checkpoint is used."""
+        if self._admin is None:
+            return False
+        try:
+            stats = self._admin.internal_stats(self.state_topic)
+        except PulsarStateError as exc:
+            log.debug("no internal stats of %s (%s): using its checkpoint", self.state_topic, exc)
+            return False
+        absorbed = entries_compacted_after(stats, manifest.position)
+        if absorbed <= max(manifest.rows, self.policy.min_keys):
+            return False
+        log.info(
+            "checkpoint %s of %s passed over: compaction absorbed %d entries after it, "
+            "more than its %d keys; replaying the compacted topic",
+            manifest.id,
+            self.state_topic,
+            absorbed,
+            manifest.rows,
+        )
+        self.passed_over += 1
+        return True
 
     # -- writing --------------------------------------------------------------
 

@@ -326,6 +326,32 @@ def test_holders_taking_turns_share_one_checkpoint_cadence(
         assert m.items().result() == expected
 
 
+def test_a_checkpoint_the_compacted_topic_outgrew_is_passed_over(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    """A checkpoint its holders stopped refreshing (they run with
+    ``checkpoints=False``): once compaction has absorbed more entries after it
+    than the map has keys, a map opening replays the compacted topic instead of
+    reading the checkpoint and its whole raw tail. Before compaction, or with a
+    short tail, the checkpoint is used."""
+    topic = unique_topic("ckpt-outgrown")
+    with _open(make_client(), topic, admin_url) as m:
+        expected = _load(m, 100)
+        m.checkpoint().result(timeout=60)
+    with _open(make_client(), topic, admin_url, checkpoints=False) as writer:
+        for i in range(400):  # 400 entries after the checkpoint, on its 100 keys
+            expected[f"k{i % 100}"] = {"i": -i}
+            writer.put(f"k{i % 100}", {"i": -i}).result(timeout=30)
+    with _open(make_client(), topic, admin_url) as m:  # nothing compacted yet
+        assert m.manager.bootstrap_source == "checkpoint"
+        assert m.items().result() == expected
+    compact_topic(admin_url, topic)
+    with _open(make_client(), topic, admin_url) as m:
+        assert m.manager.bootstrap_source == "topic"
+        assert m.manager.checkpointer.passed_over == 1  # type: ignore[union-attr]
+        assert m.items().result() == expected
+
+
 def test_checkpoint_settings_are_checked(make_client: ClientFactory, admin_url: str) -> None:
     from pulsar_state import ConfigurationError  # noqa: PLC0415
 
