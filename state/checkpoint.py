@@ -445,10 +445,10 @@ class MapCheckpointer:
             return False
         try:
             stats = self._admin.internal_stats(self.state_topic)
-        except PulsarStateError as exc:
+            absorbed = entries_compacted_after(stats, manifest.position)
+        except Exception as exc:  # refused, unreachable, unexpected: use the checkpoint
             log.debug("no internal stats of %s (%s): using its checkpoint", self.state_topic, exc)
             return False
-        absorbed = entries_compacted_after(stats, manifest.position)
         if absorbed <= max(manifest.rows, self.policy.min_keys):
             return False
         log.info(
