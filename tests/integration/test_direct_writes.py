@@ -113,7 +113,15 @@ def test_a_fenced_direct_write_is_rerun_not_lost(
     fences it first. A's direct send fails; its writer thread regains the
     topic and re-runs the put, which lands after B's writes."""
     topic = unique_topic("fenced-direct")
-    a = PulsarMap[str, str](make_client(), topic, admin_url=admin_url)
+    # a keeps the topic until fenced: by default (adaptive mode) it lets go
+    # after 50 ms idle or 0.5 s held, and then b takes it without fencing
+    # anything (no retry: seen on a loaded machine)
+    a = PulsarMap[str, str](
+        make_client(),
+        topic,
+        admin_url=admin_url,
+        config=StateConfig(idle_release_s=60.0, max_tenure_s=None),
+    )
     b = PulsarMap[str, str](
         make_client(),
         topic,
