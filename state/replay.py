@@ -100,6 +100,10 @@ class LogReplay(Generic[S, Op]):
         #: ops applied since start (a checkpoint is due every so many)
         self.applied_ops = 0
         self.compacted_out = 0
+        #: messages skipped because they came again (at or before the last one)
+        self.redelivered = 0
+        #: the position of the last message taken: the topic's order is strict
+        self._last_received: Position | None = None
         #: write id -> (ledger, entry, batch) of recent writes. Plain tuples of
         #: ints, which the garbage collector stops tracking: 100k tracked
         #: Position objects made every full collection (and so every write
@@ -155,6 +159,15 @@ class LogReplay(Generic[S, Op]):
         pos = Position.from_message_id(msg.message_id())
         if self._start is not None and not pos > self._start:
             return pos  # already in the snapshot
+        last = self._last_received
+        if last is not None and not pos > last:
+            # delivered again: a consumer that reconnects gets the topic again
+            # from its last acknowledgement (the compacted ledger included, and
+            # a batch entry from its first message): applying it again would
+            # double an op or bring back an older value
+            self.redelivered += 1
+            return pos
+        self._last_received = pos
         entry = (pos.ledger, pos.entry)
         if self._own_order and self._passed_own(entry, pos):
             return pos
