@@ -4,25 +4,48 @@ clients and ask the admin API) and the schema each mode reads."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+from urllib.parse import quote
 
 import pulsar
 import requests
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from pulsar_state.admin import topic_path
 from pulsar_state.admin_endpoint import AdminEndpoint
 from pulsar_state.cluster_auth import ClusterAuth
-from pulsar_state.errors import ConfigurationError
+from pulsar_state.errors import ConfigurationError, PulsarStateError
 from pulsar_state.map_op import MapCodec
 from pulsar_state.position import Position
+from pulsar_state.retry import is_transient
 from pulsar_state.serde import BytesSerde, JsonSerde, Serde, StrKeySerde, StrSerde
 from pulsar_state.topic_names import checkpoint_topic, full_topic_name
 
 __all__ = ["SourceOptions", "source_schema"]
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+
+class _StillThereError(Exception):
+    """The admin API did not delete a subscription (yet)."""
+
 
 _MODES = ("snapshot", "changelog")
 _FORMATS: dict[str, Serde[Any]] = {
@@ -154,13 +177,63 @@ class SourceOptions:
 
     # -- helpers used where the code runs -----------------------------------------
 
-    def client(self) -> pulsar.Client:
+    def client(self, *, operation_timeout_s: int | None = None) -> pulsar.Client:
+        """A client with these options' credentials; its operation timeout is
+        ``timeoutMs`` unless given."""
         return pulsar.Client(
             self.service_url,
             **self.auth.client_kwargs(),
-            operation_timeout_seconds=max(1, self.timeout_ms // 1000),
+            operation_timeout_seconds=operation_timeout_s or max(1, self.timeout_ms // 1000),
             logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
         )
+
+    def connect(
+        self, open_: Callable[[pulsar.Client], _T], *, what: str
+    ) -> tuple[pulsar.Client, _T]:
+        """A new client and what ``open_`` made with it (a reader, an answer), within
+        ``timeoutMs``; the caller closes the client.
+
+        A consumer or reader whose first subscribe meets its topic closing (an
+        unload, a bundle move, a broker restart) can stall in the C++ client until
+        the client's operation timeout: it is told to retry, then skips the retry
+        because the connection it subscribed on is still set. So no attempt may
+        spend the whole budget: the first gets a client whose operation timeout is
+        a quarter of ``timeoutMs``, each next one twice as much (within what is
+        left), and a transient failure (see :func:`~pulsar_state.retry.is_transient`)
+        is tried again on a new client after a short backoff; a permanent one (not
+        authorized, no such topic) is raised at once, as is the last transient one.
+        """
+        budget_s = self.timeout_ms / 1000
+        deadline = time.monotonic() + budget_s
+
+        def again(state: RetryCallState) -> None:
+            outcome = state.outcome.exception() if state.outcome else None
+            log.warning(
+                "pulsar_state: %s of %s failed (%s: %s), attempt %d; trying again",
+                what,
+                self.topic,
+                type(outcome).__name__,
+                outcome,
+                state.attempt_number,
+            )
+
+        for attempt in Retrying(
+            stop=stop_after_delay(budget_s),
+            wait=wait_exponential(multiplier=0.05, max=1.0),
+            retry=retry_if_exception(is_transient),
+            before_sleep=again,
+            reraise=True,
+        ):
+            with attempt:
+                share = budget_s / 4 * 2 ** (attempt.retry_state.attempt_number - 1)
+                left = deadline - time.monotonic()
+                client = self.client(operation_timeout_s=max(1, round(min(share, left))))
+                try:
+                    return client, open_(client)
+                except BaseException:
+                    client.close()
+                    raise
+        raise AssertionError("unreachable: tenacity re-raises the last failure")
 
     def partitions_for(self, mode: str) -> int:
         if self.num_partitions is not None:
@@ -224,19 +297,31 @@ class SourceOptions:
         return self.auth.admin_endpoint(self.admin_url)
 
     def last_position(self) -> Position:
-        """The topic's last message id (a short-lived subscription asks the broker)."""
-        client = self.client()
-        try:
-            consumer = client.subscribe(
-                self.topic,
-                f"pss-spark-{uuid.uuid4().hex[:12]}",
-                receiver_queue_size=0,
-                properties={"pulsar-state-role": "spark-planner"},
-            )
+        """The topic's last message id (a short-lived subscription asks the broker:
+        only a consumer can), tried again within ``timeoutMs`` as in :meth:`connect`.
+        The subscription is removed before returning, again through an unload; so is
+        one whose subscribe timed out here but went through on the broker."""
+        timed_out: list[str] = []
+
+        def ask(client: pulsar.Client) -> Position:
+            name = f"pss-spark-{uuid.uuid4().hex[:12]}"
+            try:
+                consumer = client.subscribe(
+                    self.topic,
+                    name,
+                    receiver_queue_size=0,
+                    properties={"pulsar-state-role": "spark-planner"},
+                )
+            except pulsar.PulsarException:
+                timed_out.append(name)
+                raise
             try:
                 return Position.from_message_id(consumer.get_last_message_id())
             finally:
-                consumer.unsubscribe()
+                self._unsubscribe(consumer, name)
+
+        try:
+            client, position = self.connect(ask, what="asking the last position")
         except pulsar.PulsarException as exc:
             hint = ""
             if self.service_url.startswith("pulsar+ssl://") and not (
@@ -244,10 +329,68 @@ class SourceOptions:
             ):
                 hint = f" (over TLS: {_TRUST_HINT})"
             raise ConnectionError(
-                f"pulsar_state: cannot reach {self.service_url}: {exc}{hint}"
+                f"pulsar_state: cannot reach {self.service_url} (no last position of "
+                f"{self.topic} within timeoutMs={self.timeout_ms}): {exc}{hint}"
             ) from None
         finally:
-            client.close()
+            for name in timed_out:
+                self._remove_subscription(name, "")
+        client.close()
+        return position
+
+    def _unsubscribe(self, consumer: pulsar.Consumer, name: str) -> None:
+        """Remove the planner's subscription, since a durable one left behind keeps
+        the topic's backlog. An unload in the way is waited out a little (the
+        consumer reconnects by itself); if the consumer stays cut off, it is closed
+        (so no reconnection brings the subscription back) and the subscription is
+        deleted through the admin API."""
+        try:
+            for attempt in Retrying(
+                stop=stop_after_attempt(4),
+                wait=wait_exponential(multiplier=0.1, max=0.5),
+                retry=retry_if_exception(is_transient),
+                reraise=True,
+            ):
+                with attempt:
+                    consumer.unsubscribe()
+            return
+        except pulsar.PulsarException as exc:
+            failure = f"{type(exc).__name__}: {exc}; "
+        with contextlib.suppress(pulsar.PulsarException):
+            consumer.close()
+        self._remove_subscription(name, failure)
+
+    def _remove_subscription(self, name: str, failure: str) -> None:
+        """Delete subscription ``name`` through the admin API (gone already is fine);
+        one that stays is named in the log with the command that removes it."""
+        path = f"/admin/v2/{topic_path(self.topic)}/subscription/{quote(name, safe='')}"
+        budget_s = max(5.0, self.timeout_ms / 1000)
+        admin = self.admin_endpoint().admin(timeout_s=min(10.0, budget_s), retry_s=budget_s)
+        try:
+            for attempt in Retrying(
+                stop=stop_after_delay(budget_s),
+                wait=wait_exponential(multiplier=0.1, max=1.0),
+                retry=retry_if_exception_type(_StillThereError),
+                reraise=True,
+            ):
+                with attempt:
+                    resp = admin.request("DELETE", path)
+                    if resp.status_code not in (200, 204, 404):  # 404: gone already
+                        raise _StillThereError(f"{resp.status_code}: {resp.text[:200]}")
+            return
+        except (_StillThereError, PulsarStateError) as exc:
+            failure = f"{failure}admin API: {exc}"
+        finally:
+            admin.close()
+        log.warning(
+            "pulsar_state: could not remove the subscription %s of %s (%s); it keeps the "
+            "topic's backlog until removed: pulsar-admin topics unsubscribe -s %s %s",
+            name,
+            self.topic,
+            failure,
+            name,
+            self.topic,
+        )
 
     def codec(self) -> MapCodec[str, Any]:
         return MapCodec(StrKeySerde(), _FORMATS[self.value_format])

@@ -19,6 +19,7 @@ from pulsar_state.connectors.spark_options import SourceOptions
 from pulsar_state.position import START, Position
 from pulsar_state.pulsar_map import MapOp
 from pulsar_state.replay import AppliedWrite, LogReplay
+from pulsar_state.retry import is_transient
 
 __all__ = ["Range", "plan_ranges", "replay_changes", "replay_range", "stream_end_epoch"]
 
@@ -52,21 +53,20 @@ def replay_changes(
     replay.add_listener(on_write)
     if end.is_start or (start is not None and start.covers(end)):
         return replay
-    client = opts.client()
+    first = (
+        pulsar.MessageId(-1, start.ledger, start.entry, start.batch)
+        if start is not None and not start.is_start
+        else pulsar.MessageId.earliest
+    )
+    client, reader = _open_reader(opts, first, f"from {start}", is_read_compacted=compacted)
     try:
-        first = (
-            pulsar.MessageId(-1, start.ledger, start.entry, start.batch)
-            if start is not None and not start.is_start
-            else pulsar.MessageId.earliest
-        )
-        reader = client.create_reader(opts.topic, first, is_read_compacted=compacted)
         try:
             while True:
                 if replay.feed(reader.read_next(timeout_millis=opts.timeout_ms)).covers(end):
                     break
             replay.flush()
         finally:
-            reader.close()
+            _close(reader)
     except pulsar.Timeout:
         raise TimeoutError(
             f"pulsar_state: no message within {opts.timeout_ms} ms before reaching {end}"
@@ -74,6 +74,35 @@ def replay_changes(
     finally:
         client.close()
     return replay
+
+
+def _open_reader(
+    opts: SourceOptions, first: pulsar.MessageId, where: str, **kwargs: Any
+) -> tuple[pulsar.Client, pulsar.Reader]:
+    """A client and a reader of the topic from ``first``, opened as
+    :meth:`SourceOptions.connect` does (an unload in the way costs a part of
+    ``timeoutMs``). Nothing is read yet, so opening again is exact."""
+    try:
+        return opts.connect(
+            lambda client: client.create_reader(opts.topic, first, **kwargs),
+            what=f"opening a reader {where}",
+        )
+    except pulsar.PulsarException as exc:
+        if not is_transient(exc):
+            raise  # not authorized, no such topic: as the client says
+        raise TimeoutError(
+            f"pulsar_state: could not open a reader of {opts.topic} {where} within "
+            f"timeoutMs={opts.timeout_ms} ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def _close(reader: pulsar.Reader) -> None:
+    """Close a reader whose rows are read: a failure here (the topic unloading as
+    it closes) is no failure of the read; closing the client releases the rest."""
+    try:
+        reader.close()
+    except pulsar.PulsarException as exc:
+        log.debug("pulsar_state: closing a reader failed (%s); the client is closed next", exc)
 
 
 Entry = tuple[int, int]  # (ledger, entry)
@@ -234,47 +263,31 @@ def replay_range(opts: SourceOptions, rng: Range, *, on_write: Any) -> int:
         else pulsar.MessageId.earliest
     )
     fed = 0
-    for attempt in (1, 2):
-        client = opts.client()
+    client, reader = _open_reader(opts, begin, f"at {rng.begin}", start_message_id_inclusive=True)
+    try:
         try:
-            try:
-                reader = client.create_reader(opts.topic, begin, start_message_id_inclusive=True)
-            except pulsar.Timeout:
-                # seen when the reader subscribed while the topic was being unloaded
-                # (a bundle move, a restart): the client waited out its operation
-                # timeout; a new reader on the reloaded topic works. Nothing was
-                # read yet, so starting again is exact.
-                if attempt == 1:
-                    log.warning("pulsar_state: opening a reader of %s timed out; once more", rng)
-                    continue
-                raise TimeoutError(
-                    f"pulsar_state: could not open a reader of {opts.topic} at {rng.begin} "
-                    f"within {opts.timeout_ms} ms (twice)"
-                ) from None
-            try:
-                while True:
-                    msg = reader.read_next(timeout_millis=opts.timeout_ms)
-                    pos = Position.from_message_id(msg.message_id())
-                    entry = (pos.ledger, pos.entry)
-                    if entry > rng.last:
-                        break  # the next range's first message
-                    replay.feed(msg)
-                    fed += 1
-                    if shadow is not None and rng.shadow is not None and entry >= rng.shadow:
-                        shadow.feed(msg)
-                    if rng.is_last and pos.covers(end):
-                        break
-                replay.flush()
-            except pulsar.Timeout:
-                raise TimeoutError(
-                    f"pulsar_state: no message within {opts.timeout_ms} ms before reaching "
-                    f"{rng.last} ({fed} read from {rng.begin})"
-                ) from None
-            finally:
-                reader.close()
+            while True:
+                msg = reader.read_next(timeout_millis=opts.timeout_ms)
+                pos = Position.from_message_id(msg.message_id())
+                entry = (pos.ledger, pos.entry)
+                if entry > rng.last:
+                    break  # the next range's first message
+                replay.feed(msg)
+                fed += 1
+                if shadow is not None and rng.shadow is not None and entry >= rng.shadow:
+                    shadow.feed(msg)
+                if rng.is_last and pos.covers(end):
+                    break
+            replay.flush()
+        except pulsar.Timeout:
+            raise TimeoutError(
+                f"pulsar_state: no message within {opts.timeout_ms} ms before reaching "
+                f"{rng.last} ({fed} read from {rng.begin})"
+            ) from None
         finally:
-            client.close()
-        break
+            _close(reader)
+    finally:
+        client.close()
     if shadow is not None:
         shadow.flush()
         if shadow.epoch != replay.epoch:

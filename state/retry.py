@@ -1,4 +1,5 @@
-"""Retry policy: a copyable value with attempts, deadline, backoff and jitter.
+"""Retry policy: a copyable value with attempts, deadline, backoff and jitter;
+and which Pulsar client errors are worth another try.
 
 Deadlines come from :func:`time.monotonic`; ``sleep`` is injectable for tests.
 """
@@ -10,9 +11,33 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import pulsar
+
 from pulsar_state.errors import ConfigurationError
 
-__all__ = ["RetryPolicy"]
+__all__ = ["RetryPolicy", "is_transient"]
+
+#: client errors another attempt cannot cure: credentials, names, settings, a
+#: closed client or a topic that is gone for good
+_PERMANENT = (
+    pulsar.AlreadyClosed,
+    pulsar.AuthenticationError,
+    pulsar.AuthorizationError,
+    pulsar.ErrorGettingAuthenticationData,
+    pulsar.IncompatibleSchema,
+    pulsar.InvalidConfiguration,
+    pulsar.InvalidTopicName,
+    pulsar.InvalidUrl,
+    pulsar.NotAllowedError,
+    pulsar.TopicNotFound,
+    pulsar.TopicTerminated,
+)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a Pulsar client error may pass if tried again (a timeout, a lookup,
+    a topic loading, closing or moving, a lost connection), not a permanent one."""
+    return isinstance(exc, pulsar.PulsarException) and not isinstance(exc, _PERMANENT)
 
 
 @dataclass(frozen=True, kw_only=True)

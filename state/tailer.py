@@ -40,7 +40,7 @@ from pulsar_state.errors import (
 from pulsar_state.op_codec import OpCodec
 from pulsar_state.position import Position
 from pulsar_state.replay import AppliedWrite, LogReplay
-from pulsar_state.retry import RetryPolicy
+from pulsar_state.retry import RetryPolicy, is_transient
 
 __all__ = ["AppliedWrite", "Tailer"]  # AppliedWrite: re-exported from replay
 
@@ -66,13 +66,7 @@ _PERMANENT_RESULTS = frozenset(
 
 
 def _permanent(exc: pulsar.PulsarException) -> bool:
-    return isinstance(
-        exc,
-        pulsar.AlreadyClosed
-        | pulsar.AuthorizationError
-        | pulsar.AuthenticationError
-        | pulsar.TopicNotFound,
-    )
+    return not is_transient(exc)
 
 
 class Tailer(LogReplay[S, Op]):

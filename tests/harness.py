@@ -88,6 +88,23 @@ def run_check_script(script: Path, *args: str, timeout_s: float) -> str:
     return done.stdout
 
 
+def range_rows(opts: Any) -> list[tuple[str, int, int]]:
+    """(key, ledger, entry) of each write a one-range Spark changelog read of
+    ``opts`` (a ``SourceOptions``) yields, through the topic's last position now."""
+    from pulsar_state.connectors.spark_ranges import plan_ranges, replay_range  # noqa: PLC0415
+
+    (rng,) = plan_ranges(opts, opts.last_position(), 1)
+    rows: list[tuple[str, int, int]] = []
+    replay_range(
+        opts,
+        rng,
+        on_write=lambda change: rows.extend(
+            (op.key, change.position.ledger, change.position.entry) for op in change.ops
+        ),
+    )
+    return rows
+
+
 def wait_until(
     condition: Callable[[], T],
     *,
