@@ -50,6 +50,9 @@ S = TypeVar("S")
 Op = TypeVar("Op")
 
 _ACK_EVERY_S = 1.0
+#: nothing received this long while someone waits for a position: the consumer
+#: is taken for stalled and subscribed again (see Tailer._stalled)
+_STALL_S = 10.0
 
 
 #: backoff between attempts to ask for the last message id (e.g. while the
@@ -105,29 +108,68 @@ class Tailer(LogReplay[S, Op]):
         self._last_msg: Any = None  # the last received message (native), to acknowledge
         self._last_ack = time.monotonic()
         self._m_lag = metrics.LAG_MESSAGES.labels(topic)
-        self.subscription = f"{config.subscription_prefix}{uuid.uuid4().hex[:16]}"
-        try:
-            self._consumer = client.subscribe(
-                topic,
-                self.subscription,
-                consumer_type=pulsar.ConsumerType.Exclusive,
-                initial_position=pulsar.InitialPosition.Earliest,
-                is_read_compacted=(
-                    config.read_compacted if read_compacted is None else read_compacted
-                ),
-                receiver_queue_size=1000,
-                properties={"pulsar-state-role": "tail"},
-            )
-        except (pulsar.AuthorizationError, pulsar.AuthenticationError) as exc:
-            raise PermissionDeniedError(
-                f"not permitted to consume {topic} ({exc}): grant the client's role the "
-                "consume permission"
-            ) from exc
+        self._client = client
+        self._read_compacted = read_compacted
+        self._start = start
+        # a wait for a position not applied yet, and since when nothing came
+        self._wanted: Position | None = None
+        self._quiet_since = time.monotonic()
+        self.resubscribed = 0
+        self._consumer = self._subscribe(client, topic, config, read_compacted)
         if start is not None:  # resume after a snapshot
             self._consumer.seek(pulsar.MessageId(-1, start.ledger, start.entry, start.batch))
         self._thread = threading.Thread(
             target=self._run, name=f"pss-tail-{topic.rsplit('/', 1)[-1]}", daemon=True
         )
+
+    def _subscribe(
+        self,
+        client: pulsar.Client,
+        topic: str,
+        config: StateConfig,
+        read_compacted: bool | None,
+    ) -> pulsar.Consumer:
+        """The tail subscription, tried again (under a new name) after a transient
+        failure, for up to twice ``operation_timeout_s``: a subscribe that meets the topic closing (an unload, a bundle
+        move) can stall in the C++ client until its operation timeout, since the
+        client skips its own retry while the connection it subscribed on is still
+        set. A subscription such an attempt left on the broker has no consumer and
+        is reaped by the next manager that starts (``reap_subscriptions``)."""
+        # each attempt may wait out the client's operation timeout: bounded by time
+        retry = RetryPolicy(
+            max_attempts=None,
+            deadline_s=2 * config.operation_timeout_s,
+            initial_backoff_s=0.05,
+            max_backoff_s=1.0,
+        )
+        started = time.monotonic()
+        for attempt in itertools.count(1):
+            self.subscription = f"{config.subscription_prefix}{uuid.uuid4().hex[:16]}"
+            try:
+                return client.subscribe(
+                    topic,
+                    self.subscription,
+                    consumer_type=pulsar.ConsumerType.Exclusive,
+                    initial_position=pulsar.InitialPosition.Earliest,
+                    is_read_compacted=(
+                        config.read_compacted if read_compacted is None else read_compacted
+                    ),
+                    receiver_queue_size=1000,
+                    properties={"pulsar-state-role": "tail"},
+                )
+            except (pulsar.AuthorizationError, pulsar.AuthenticationError) as exc:
+                raise PermissionDeniedError(
+                    f"not permitted to consume {topic} ({exc}): grant the client's role the "
+                    "consume permission"
+                ) from exc
+            except pulsar.PulsarException as exc:
+                if not is_transient(exc) or retry.exhausted(attempt, started):
+                    raise
+                log.warning(
+                    "subscribing to %s failed (%s), attempt %d; trying again", topic, exc, attempt
+                )
+                retry.sleep(retry.backoff_s(attempt))
+        raise AssertionError("unreachable")
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -192,6 +234,7 @@ class Tailer(LogReplay[S, Op]):
         """Block until local state includes ``target``; return the applied position."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
+            self._want(target)
             while not self.applied.covers(target):
                 self._check_usable()
                 remaining = deadline - time.monotonic()
@@ -212,8 +255,16 @@ class Tailer(LogReplay[S, Op]):
             elif self.failure is not None or self._closed:
                 futures.set_exception(fut, self.failure or StateClosedError("closed"))
             else:
+                self._want(target)
                 heapq.heappush(self._waiters, (target, next(self._seq), fut))
         return fut
+
+    def _want(self, target: Position) -> None:
+        """Under the lock: someone waits for ``target`` (see :meth:`_stalled`)."""
+        if self._wanted is None or self.applied.covers(self._wanted):
+            self._quiet_since = time.monotonic()  # the clock starts with the wait
+        if self._wanted is None or not self._wanted.covers(target):
+            self._wanted = target
 
     def ask_last_position(
         self,
@@ -299,6 +350,8 @@ class Tailer(LogReplay[S, Op]):
             except pulsar.Timeout:
                 self.flush()
                 self._maybe_ack(force=True)
+                if self._stalled():
+                    receive = self._resubscribe(receive)
                 continue
             except pulsar.AlreadyClosed:
                 break
@@ -316,7 +369,55 @@ class Tailer(LogReplay[S, Op]):
                 self._fail(PulsarStateError(f"tailer stopped: {exc!r}"))
                 return
             self._last_msg = msg
+            self._quiet_since = time.monotonic()
             self._maybe_ack()
+
+    def _stalled(self) -> bool:
+        """Whether a wait for a position the broker has is getting nowhere: nothing
+        received for ``_STALL_S`` while someone waits. A subscribe that lands while
+        the broker closes the topic for an unload can leave a consumer the broker
+        acknowledged on the closing topic and then never feeds nor disconnects
+        (seen with unloads 20 times a second: a map opening waited out its whole
+        catch-up with nothing applied)."""
+        wanted = self._wanted
+        return (
+            wanted is not None
+            and not self.applied.covers(wanted)
+            and time.monotonic() - self._quiet_since > _STALL_S
+        )
+
+    def _resubscribe(self, receive: Callable[[int], Any]) -> Callable[[int], Any]:
+        """A new tail subscription from the last message received (or the start),
+        in place of a stalled one; the replay skips what comes again. Returns the
+        receive call to use (the old one if subscribing failed)."""
+        self._quiet_since = time.monotonic()
+        resume = self._last_received if self._last_received is not None else self._start
+        log.warning(
+            "the tail of %s received nothing for %.0f s while waited for (applied %s, "
+            "wanted %s); subscribing again from %s",
+            self.topic,
+            _STALL_S,
+            self.applied,
+            self._wanted,
+            resume or "the start",
+        )
+        old, old_name = self._consumer, self.subscription
+        try:
+            new = self._subscribe(self._client, self.topic, self._config, self._read_compacted)
+            if resume is not None and not resume.is_start:
+                new.seek(pulsar.MessageId(-1, resume.ledger, resume.entry, resume.batch))
+        except (pulsar.PulsarException, PulsarStateError) as exc:
+            log.warning("subscribing to %s again failed (%s); waiting on", self.topic, exc)
+            self.subscription = old_name
+            return receive
+        self._consumer, self._last_msg = new, None
+        self.resubscribed += 1
+        for end in (old.unsubscribe, old.close):  # a leftover is reaped at the next start
+            with contextlib.suppress(pulsar.PulsarException):
+                end()
+        native = getattr(new, "_consumer", None)
+        fresh: Callable[[int], Any] = native.receive if native is not None else new.receive
+        return fresh
 
     def _maybe_ack(self, force: bool = False) -> None:
         now = time.monotonic()

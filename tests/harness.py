@@ -14,14 +14,16 @@ suites on one machine then each have their own broker).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,6 +33,7 @@ import requests
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.waiting_utils import wait_for_logs
 
+from pulsar_state.admin import topic_path as _topic_path
 from pulsar_state.deploy.distribution import DEFAULT_PULSAR_VERSION
 from pulsar_state.deploy.standalone import StandaloneBroker
 
@@ -103,6 +106,34 @@ def range_rows(opts: Any) -> list[tuple[str, int, int]]:
         ),
     )
     return rows
+
+
+@contextlib.contextmanager
+def unload_storm(
+    admin_url: str, topic: str, *, for_s: float, every_s: float = 0.05
+) -> Iterator[threading.Event]:
+    """Unload ``topic`` again and again for ``for_s`` seconds (in a thread); the
+    event yielded is set when the storm is over. Every 50 ms, a consumer or reader
+    created meanwhile soon meets its topic closing (see
+    test_spark_unload_race.py for what the C++ client does then)."""
+    over = threading.Event()
+    unloads = [0]
+
+    def storm() -> None:
+        ends = time.monotonic() + for_s
+        while time.monotonic() < ends:
+            requests.put(f"{admin_url}/admin/v2/{_topic_path(topic)}/unload", timeout=30)
+            unloads[0] += 1
+            time.sleep(every_s)
+        over.set()
+
+    thread = threading.Thread(target=storm, daemon=True)
+    thread.start()
+    try:
+        yield over
+    finally:
+        thread.join(for_s + 60)
+    assert unloads[0] > 20, unloads
 
 
 def wait_until(

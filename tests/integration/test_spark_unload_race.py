@@ -20,15 +20,12 @@ when its first unsubscribe lands in an unload.
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pulsar
 import requests
-from harness import PulsarEndpoint, range_rows, unique_topic
+from harness import PulsarEndpoint, range_rows, unique_topic, unload_storm
 
 from pulsar_state import PulsarMap
 from pulsar_state.admin import topic_path
@@ -36,32 +33,6 @@ from pulsar_state.connectors.spark_options import SourceOptions
 from pulsar_state.position import Position
 
 STORM_S = 8.0
-
-
-@contextmanager
-def unload_storm(
-    admin_url: str, topic: str, *, for_s: float, every_s: float = 0.05
-) -> Iterator[threading.Event]:
-    """Unload ``topic`` again and again for ``for_s`` seconds (in a thread); the
-    event yielded is set when the storm is over."""
-    over = threading.Event()
-    unloads = [0]
-
-    def storm() -> None:
-        ends = time.monotonic() + for_s
-        while time.monotonic() < ends:
-            requests.put(f"{admin_url}/admin/v2/{topic_path(topic)}/unload", timeout=30)
-            unloads[0] += 1
-            time.sleep(every_s)
-        over.set()
-
-    thread = threading.Thread(target=storm, daemon=True)
-    thread.start()
-    try:
-        yield over
-    finally:
-        thread.join(for_s + 60)
-    assert unloads[0] > 20, unloads
 
 
 def _during_storm(admin_url: str, topic: str, call: Callable[[], Any]) -> list[Any]:

@@ -13,7 +13,7 @@ from typing import Any
 import pulsar
 import pytest
 import requests
-from harness import PulsarEndpoint, compact_topic, unique_topic, wait_until
+from harness import PulsarEndpoint, compact_topic, unique_topic, unload_storm, wait_until
 from state_workers import increment_worker
 
 from pulsar_state import (
@@ -301,6 +301,30 @@ def test_keyless_ops_are_kept_by_compaction(make_client: ClientFactory, admin_ur
     compact_topic(admin_url, topic)
     with adder(make_client(), topic, admin_url) as m:
         assert m.read(dict).result() == {"total": 100, "ops": 50}
+
+
+def test_a_map_opens_while_its_topic_is_unloaded_again_and_again(
+    pulsar_endpoint: PulsarEndpoint, admin_url: str
+) -> None:
+    """An open whose tail subscription meets the topic closing: the C++ client
+    waits out its operation timeout (it skips its own retry, see
+    test_spark_unload_race.py) and the open used to fail with StateTopicError
+    "cannot read ...: TimeOut"; now the subscribe is tried again. A client with a
+    1 s operation timeout makes many opens meet the 20-a-second unloads."""
+    topic = unique_topic("open-storm")
+    client = pulsar.Client(pulsar_endpoint.service_url, operation_timeout_seconds=1)
+    try:
+        with PulsarMap[str, int](client, topic, admin_url=admin_url) as m:
+            m.put_all({f"k{i}": i for i in range(5)}).result(60)
+        opened = 0
+        with unload_storm(admin_url, topic, for_s=12.0) as over:
+            while not over.is_set():
+                with PulsarMap[str, int](client, topic, admin_url=admin_url) as m:
+                    assert m.items().result(30) == {f"k{i}": i for i in range(5)}
+                opened += 1
+        assert opened > 5
+    finally:
+        client.close()
 
 
 def test_a_reconnect_during_a_compacted_bootstrap_applies_nothing_twice(
