@@ -133,7 +133,7 @@ def unload_storm(
         yield over
     finally:
         thread.join(for_s + 60)
-    assert unloads[0] > 20, unloads
+    assert unloads[0] >= for_s / every_s / 2, unloads  # the storm did happen
 
 
 def wait_until(
