@@ -50,7 +50,7 @@ from pulsar_state.functions.function_map import open_function_map
 from pulsar_state.instance_metrics import label_instance_metrics
 from pulsar_state.position import Position
 from pulsar_state.pulsar_map import MapOp, PulsarMap
-from pulsar_state.scheduling.in_order import InOrderGate, require_in_order
+from pulsar_state.scheduling.in_order import InOrderGate, redeliver_function, require_in_order
 from pulsar_state.topic_names import function_state_name
 
 __all__ = ["FunctionState", "StatefulFunction"]
@@ -136,6 +136,8 @@ class StatefulFunction(Function):  # type: ignore[misc]
         self._map: PulsarMap[str, Any] | None = None
         self._lock = threading.Lock()
         self._gate = InOrderGate()
+        #: per input partition, the last message this instance recorded
+        self._own: dict[str, Position] = {}
         self.duplicates = 0
 
     def handle(self, input: Any, state: FunctionState, context: Any) -> Any:
@@ -166,8 +168,11 @@ class StatefulFunction(Function):  # type: ignore[misc]
             self.duplicates += 1
             context.get_logger().info("skipping redelivered message %s", position)
             return None
+        if done is not None and self._own.get(topic) != done:  # another instance's record
+            self._gate.hold_gap(topic, position, done, redeliver_function(context, topic))
         self._gate.check(topic, position, lambda: done)
         output = self._apply(input, context, state_map, marker, position)
+        self._own[topic] = position
         self._gate.done(topic, position)
         return output
 
