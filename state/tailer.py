@@ -133,8 +133,9 @@ class Tailer(LogReplay[S, Op]):
         failure, for up to twice ``operation_timeout_s``: a subscribe that meets
         the topic closing (an unload, a bundle move) can stall in the C++ client
         until its operation timeout, since the client skips its own retry while
-        the connection it subscribed on is still set. A subscription such an attempt left on the broker has no consumer and
-        is reaped by the next manager that starts (``reap_subscriptions``)."""
+        the connection it subscribed on is still set. A subscription such an
+        attempt left on the broker has no consumer and is reaped by the next
+        manager that starts (``reap_subscriptions``)."""
         # each attempt may wait out the client's operation timeout: bounded by time
         retry = RetryPolicy(
             max_attempts=None,
