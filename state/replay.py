@@ -40,7 +40,7 @@ from pulsar_state.topic_format import (
     parse_commit,
 )
 
-__all__ = ["AppliedWrite", "LogReplay"]
+__all__ = ["AppliedWrite", "LogReplay", "OwnEntry"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,46 @@ class AppliedWrite(Generic[Op]):
         self.write_id = write_id
         self.compacted = compacted
         self.publish_ms = publish_ms
+
+
+class OwnEntry(Generic[Op]):
+    """The writer's own entry as :meth:`LogReplay.apply_own` takes it: the ops
+    as every reader decodes them (by their message keys), the write's ids and
+    epoch.
+
+    Decoding is done once, by whichever thread asks first: the direct path's
+    caller asks while it waits for the acknowledgement, so the ack's callback
+    (on the way to the waiting caller) usually finds it done. ``None``: an op
+    does not decode (the replay counts it when the entry arrives).
+    """
+
+    __slots__ = ("_decoded", "epoch", "members", "ops", "write_id")
+
+    def __init__(
+        self,
+        ops: Sequence[tuple[str | None, bytes]],
+        *,
+        write_id: str,
+        members: tuple[str, ...],
+        epoch: int,
+    ) -> None:
+        self.ops = ops
+        self.write_id = write_id
+        self.members = members
+        self.epoch = epoch
+        self._decoded: list[Op] | Literal[False] | None = False
+
+    def decode(self, codec: OpCodec[Op]) -> list[Op] | None:
+        """The decoded ops, or ``None`` when one does not decode (computed once;
+        two threads racing both compute the same pure result)."""
+        decoded = self._decoded
+        if decoded is False:
+            try:
+                decoded = [codec.decode(key or "", payload) for key, payload in self.ops]
+            except Exception:
+                decoded = None
+            self._decoded = decoded
+        return decoded
 
 
 class LogReplay(Generic[S, Op]):
@@ -366,16 +406,7 @@ class LogReplay(Generic[S, Op]):
 
     # -- commit on acknowledgement ---------------------------------------------
 
-    def apply_own(
-        self,
-        ops: Sequence[tuple[str | None, bytes]],
-        pos: Position,
-        *,
-        after: Position,
-        write_id: str,
-        members: tuple[str, ...],
-        epoch: int,
-    ) -> bool:
+    def apply_own(self, own: OwnEntry[Op], pos: Position, *, after: Position) -> bool:
         """Apply the writer's own entry, acknowledged at ``pos``, before it comes by.
 
         Only when ``pos`` is the entry right after ``after`` (the writer's
@@ -393,10 +424,10 @@ class LogReplay(Generic[S, Op]):
             # producer's send after its successor's marker), or the ledger
             # rolled over: only the replay can tell
             return False
-        try:
-            decoded = [self._codec.decode(key or "", payload) for key, payload in ops]
-        except Exception:  # the replay counts it when the entry arrives
+        decoded = own.decode(self._codec)
+        if decoded is None:  # the replay counts it when the entry arrives
             return False
+        write_id, members, epoch = own.write_id, own.members, own.epoch
         with self._cond:
             applied = self.applied
             if (

@@ -35,6 +35,12 @@ direct path changes no ordering: a write queued earlier (by any thread) is
 published before a later direct one, and while a direct write is in flight the
 next writes queue up for the thread and share an entry. Any failure is left to
 the writer thread, which recovers as for its own sends.
+
+The acknowledgement's callback holds the GIL on the client's IO thread while
+the caller waits for it, so everything it does is latency: the entry is
+flushed with no Python callback (the entry's own ack reports), and the caller,
+once the entry is handed over, decodes it for the callback and asks whether
+housekeeping is due while the entry travels.
 """
 
 from __future__ import annotations
@@ -75,6 +81,7 @@ from pulsar_state.errors import (
 )
 from pulsar_state.op_codec import OpCodec
 from pulsar_state.position import Position
+from pulsar_state.replay import OwnEntry
 from pulsar_state.snapshot import Snapshotter
 from pulsar_state.tailer import Tailer
 from pulsar_state.topic_format import (
@@ -119,10 +126,10 @@ class _DirectWrite(Generic[S, Op]):
     """A direct write in flight: what its acknowledgement needs to apply it."""
 
     request: WriteRequest[S, Op]
-    messages: list[OutgoingMessage]
+    #: the entry as the ack's callback applies it
+    own: OwnEntry[Op]
     #: the writer's entry before it (applied when it was sent)
     previous: Position
-    epoch: int
 
 
 class Writer(Generic[S, Op]):
@@ -463,7 +470,9 @@ class Writer(Generic[S, Op]):
         if (
             self._config.commit_on_ack
             and previous is not None
-            and self._commit_on_ack(members, messages, landed=last, previous=previous, epoch=epoch)
+            and self._commit_on_ack(
+                members, self._own_entry(members, messages, epoch), landed=last, previous=previous
+            )
         ):
             for request in members:
                 self._complete(request, last)
@@ -512,8 +521,8 @@ class Writer(Generic[S, Op]):
 
     def _housekeeping_due(self) -> bool:
         """Whether housekeeping has work now (cheap: the direct path asks at
-        each ack, so that a snapshot or checkpoint comes when due, not up to
-        ``_HOUSEKEEPING_EVERY`` writes later)."""
+        each write, once it is sent, so that a snapshot or checkpoint comes when
+        due, not up to ``_HOUSEKEEPING_EVERY`` writes later)."""
         if self._tailer.stale_keys:
             return True
         if (
@@ -559,18 +568,27 @@ class Writer(Generic[S, Op]):
             self._turn.release()
             futures.set_result(request.future, self._tailer.applied)
             return True
-        direct = _DirectWrite(request, self._entry([request], built[0], epoch), previous, epoch)
+        messages = self._entry([request], built[0], epoch)
+        direct = _DirectWrite(request, self._own_entry([request], messages, epoch), previous)
 
         def on_ack(result: pulsar.Result, msg_id: pulsar.MessageId) -> None:
             self._on_direct_ack(direct, result, msg_id)
 
         try:
-            send_entry_async(producer, direct.messages, on_ack)
+            send_entry_async(producer, messages, on_ack)
         except Exception as exc:  # closed or fenced (PulsarException): nothing more goes out
             # what was handed over may still land: the writer thread regains the
             # topic and re-runs whatever is not applied by then
             self._send_failed = exc
             self._turn.release()
+            self._queue.put(_WAKE)
+            return True
+        # while the entry travels, off the ack's way to the waiting caller: decode
+        # it for the callback (which does it itself if the ack comes first), and
+        # ask whether housekeeping has work (then the writer thread does it once
+        # this write's ack is handled, holding the turn)
+        direct.own.decode(self._codec)
+        if self._housekeeping_due():
             self._queue.put(_WAKE)
         return True
 
@@ -623,14 +641,10 @@ class Writer(Generic[S, Op]):
         self._m_writes.inc()
         self._m_direct.inc()
         self._direct_since_housekeeping += 1
-        if self._direct_since_housekeeping >= _HOUSEKEEPING_EVERY or self._housekeeping_due():
+        if self._direct_since_housekeeping >= _HOUSEKEEPING_EVERY:
             self._queue.put(_WAKE)
         if self._commit_on_ack(
-            [direct.request],
-            direct.messages,
-            landed=landed,
-            previous=direct.previous,
-            epoch=direct.epoch,
+            [direct.request], direct.own, landed=landed, previous=direct.previous
         ):
             return landed
         return None
@@ -641,14 +655,26 @@ class Writer(Generic[S, Op]):
         if exc is not None and self._holder.producer is not None:
             self._holder.lost(exc)
 
+    def _own_entry(
+        self, members: list[WriteRequest[S, Op]], messages: list[OutgoingMessage], epoch: int
+    ) -> OwnEntry[Op]:
+        """The entry of ``messages`` as :meth:`_commit_on_ack` applies it: the ops
+        as every reader decodes them (by their message keys)."""
+        op_msgs = messages if len(messages) == 1 else messages[:-1]
+        return OwnEntry(
+            [(m.key, m.payload) for m in op_msgs],
+            write_id=messages[-1].properties.get(PROP_WRITE, ""),
+            members=tuple(r.write_id for r in members),
+            epoch=epoch,
+        )
+
     def _commit_on_ack(
         self,
         members: list[WriteRequest[S, Op]],
-        messages: list[OutgoingMessage],
+        own: OwnEntry[Op],
         *,
         landed: Position,
         previous: Position,
-        epoch: int,
     ) -> bool:
         """The broker acknowledged our entry at ``landed``: under PIP-68 only the
         producer holding the topic's current epoch can append, and we caught up
@@ -658,15 +684,7 @@ class Writer(Generic[S, Op]):
         for the tail to bring it back). If the state is not at ``previous`` (an
         earlier entry of ours was left to the tail), the tail completes them as
         before."""
-        last = messages[-1]
-        # the ops as every reader decodes them: by their message keys
-        op_msgs = messages if len(messages) == 1 else messages[:-1]
-        ops = [(m.key, m.payload) for m in op_msgs]
-        write_id = last.properties.get(PROP_WRITE, "")
-        ids = tuple(r.write_id for r in members)
-        if not self._tailer.apply_own(
-            ops, landed, after=previous, write_id=write_id, members=ids, epoch=epoch
-        ):
+        if not self._tailer.apply_own(own, landed, after=previous):
             return False
         self._m_committed_on_ack.inc(len(members))
         for request in members:

@@ -16,6 +16,8 @@ import pytest
 from harness import unique_topic
 
 from pulsar_state import Position, PulsarMap, StateConfig, metrics
+from pulsar_state.entry_sender import send_entry_async
+from pulsar_state.topic_format import commit_message, op_message, write_message
 
 ClientFactory = Callable[[], pulsar.Client]
 
@@ -178,3 +180,40 @@ def test_a_callback_on_a_write_may_block_on_the_client(
             assert seen[-1] == i, f"the callback's latest read gave {seen[-1]!r}"
     finally:
         m.close()
+
+
+def test_an_entry_sent_without_waiting_is_flushed_and_reports_once(
+    make_client: ClientFactory,
+) -> None:
+    """``send_entry_async`` ends the entry with a flush that has no Python
+    callback (the C++ client checks for an empty one): the entry still goes
+    out at once (the writer's producer batches for an hour otherwise), as one
+    entry whose last message's ack reports, once. A closed producer does not
+    raise at the call: the client reports ``AlreadyClosed`` through the
+    callback, on the calling thread, and the process carries on."""
+    client = make_client()
+    producer = client.create_producer(
+        unique_topic("flush"),
+        batching_enabled=True,
+        batching_max_publish_delay_ms=3_600_000,  # as the writer's: entries end at flush
+    )
+    reports: list[tuple[pulsar.Result, Position | None]] = []
+    reported = threading.Semaphore(0)
+
+    def on_ack(result: pulsar.Result, msg_id: pulsar.MessageId) -> None:
+        position = Position.from_message_id(msg_id) if result == pulsar.Result.Ok else None
+        reports.append((result, position))
+        reported.release()
+
+    entry = [op_message("g1", 0, "a", b"1", 0), op_message("g1", 1, "b", b"2", 0)]
+    entry.append(commit_message("g1", 2, 0, keep=True, members=["w1"]))
+    send_entry_async(producer, entry, on_ack)
+    assert reported.acquire(timeout=30), "the entry was not flushed"
+    [(result, last)] = reports
+    assert result == pulsar.Result.Ok and last is not None
+    assert last.batch == 2  # the commit marker: the third message of one entry
+    producer.close()
+    send_entry_async(producer, [write_message("w2", "c", b"3", 0)], on_ack)
+    assert reported.acquire(timeout=30), "a send on a closed producer was not reported"
+    assert reports[1:] == [(pulsar.Result.AlreadyClosed, None)]
+    assert not reported.acquire(timeout=0.5)  # each entry reported once

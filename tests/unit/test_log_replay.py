@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY
 from pulsar_state import JsonSerde, StrKeySerde
 from pulsar_state.map_op import MapCodec, apply_map_op
 from pulsar_state.position import Position
-from pulsar_state.replay import LogReplay
+from pulsar_state.replay import LogReplay, OwnEntry
 from pulsar_state.topic_format import (
     OutgoingMessage,
     commit_message,
@@ -142,6 +142,20 @@ def _own(messages: list[OutgoingMessage]) -> list[tuple[str | None, bytes]]:
     return [(m.key, m.payload) for m in messages]
 
 
+def _apply_own(
+    replay: LogReplay[Any, Any],
+    ops: list[tuple[str | None, bytes]],
+    pos: Position,
+    *,
+    after: Position,
+    write_id: str,
+    members: tuple[str, ...],
+    epoch: int,
+) -> bool:
+    own: OwnEntry[Any] = OwnEntry(ops, write_id=write_id, members=members, epoch=epoch)
+    return replay.apply_own(own, pos, after=after)
+
+
 def _duplicates() -> float:
     sample = REGISTRY.get_sample_value(
         "pulsar_state_invalid_messages_total", {"topic": "t", "reason": "duplicate"}
@@ -160,8 +174,8 @@ def test_an_entry_applied_at_its_ack_is_not_applied_again_when_it_comes_by() -> 
     ops = [op_message("g1", 0, "a", b"1", epoch), op_message("g1", 1, "b", b"2", epoch)]
     commit = commit_message("g1", 2, epoch, keep=False, members=["w1"])
     at = Position(1, 1, 2)
-    assert replay.apply_own(
-        _own(ops), at, after=marker, write_id="g1", members=("w1",), epoch=epoch
+    assert _apply_own(
+        replay, _own(ops), at, after=marker, write_id="g1", members=("w1",), epoch=epoch
     )
     assert replay.state == {"a": 1, "b": 2} and replay.applied == at
     # the topic brings the same entry back: skipped, not applied twice
@@ -183,7 +197,8 @@ def test_an_entry_whose_first_messages_arrived_before_its_ack_applies_once() -> 
     epoch = epoch_of(1, 0)
     ops = [op_message("g1", 0, "n", b"1", epoch), op_message("g1", 1, "m", b"1", epoch)]
     replay.feed(_Message(ops[0], 1, 1, 0))  # buffered: its commit is still on the way
-    assert replay.apply_own(
+    assert _apply_own(
+        replay,
         _own(ops),
         Position(1, 1, 2),
         after=Position(1, 0, -1),
@@ -204,7 +219,8 @@ def test_an_entry_is_not_applied_at_its_ack_out_of_order_or_twice() -> None:
     first = write_message("w1", "k", b"1", epoch)
     second = write_message("w2", "k", b"2", epoch)
     # the state is not at the writer's previous entry (1:1): refused, left to the replay
-    assert not replay.apply_own(
+    assert not _apply_own(
+        replay,
         _own([second]),
         Position(1, 2, -1),
         after=Position(1, 1, -1),
@@ -217,7 +233,8 @@ def test_an_entry_is_not_applied_at_its_ack_out_of_order_or_twice() -> None:
     replay.feed(_Message(second, 1, 2))
     assert replay.state == {"k": 2}
     # already applied by the replay: refused, nothing applied twice
-    assert not replay.apply_own(
+    assert not _apply_own(
+        replay,
         _own([second]),
         Position(1, 2, -1),
         after=Position(1, 1, -1),
@@ -227,7 +244,8 @@ def test_an_entry_is_not_applied_at_its_ack_out_of_order_or_twice() -> None:
     )
     # a retried publish of an applied write, acknowledged at a later position
     replay_copy = _own([first])
-    assert not replay.apply_own(
+    assert not _apply_own(
+        replay,
         replay_copy,
         Position(1, 3, -1),
         after=Position(1, 2, -1),
@@ -245,7 +263,8 @@ def test_a_stale_entry_is_not_applied_at_its_ack() -> None:
     replay.feed(_Message(epoch_message("new", 1, keep=False), 1, 1))
     old_epoch = epoch_of(1, 0)
     late = write_message("w1", "k", b"1", old_epoch)
-    assert not replay.apply_own(
+    assert not _apply_own(
+        replay,
         _own([late]),
         Position(1, 2, -1),
         after=Position(1, 1, -1),
@@ -266,7 +285,8 @@ def test_an_ack_after_another_writers_marker_is_left_to_the_replay() -> None:
     a_epoch = epoch_of(1, 0)
     late = write_message("w1", "k", b"1", a_epoch)
     # B's marker is at 1:1, not yet come by; A's write was acknowledged at 1:2
-    assert not replay.apply_own(
+    assert not _apply_own(
+        replay,
         _own([late]),
         Position(1, 2, -1),
         after=Position(1, 0, -1),
