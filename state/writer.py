@@ -587,9 +587,14 @@ class Writer(Generic[S, Op]):
         # it for the callback (which does it itself if the ack comes first), and
         # ask whether housekeeping has work (then the writer thread does it once
         # this write's ack is handled, holding the turn)
-        direct.own.decode(self._codec)
-        if self._housekeeping_due():
-            self._queue.put(_WAKE)
+        # this write is sent and the turn may be the callback's already: nothing
+        # here may fail the call (nor release the turn)
+        try:
+            direct.own.decode(self._codec)
+            if self._housekeeping_due():
+                self._queue.put(_WAKE)
+        except Exception:
+            log.exception("after sending a write to %s", self._topic)
         return True
 
     def _on_direct_ack(

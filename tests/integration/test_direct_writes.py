@@ -217,3 +217,33 @@ def test_an_entry_sent_without_waiting_is_flushed_and_reports_once(
     assert reported.acquire(timeout=30), "a send on a closed producer was not reported"
     assert reports[1:] == [(pulsar.Result.AlreadyClosed, None)]
     assert not reported.acquire(timeout=0.5)  # each entry reported once
+
+
+def test_a_failing_housekeeping_check_fails_no_sent_write(
+    make_client: ClientFactory, admin_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The direct path's caller asks whether housekeeping is due after its
+    write is handed to the client, when the turn may already have passed to
+    the ack's callback: an error there must neither fail the put (it is sent
+    and lands) nor release the turn a second time (which would let two
+    writers act at once)."""
+    topic = unique_topic("hk")
+    m = PulsarMap[str, int](
+        make_client(), topic, admin_url=admin_url, config=StateConfig(idle_release_s=600)
+    )
+    try:
+        m.put("warm-up", 0).result(timeout=30)
+        writer = m.manager._writer
+
+        def broken() -> bool:
+            raise RuntimeError("housekeeping check broke")
+
+        writer._after_publish_due = broken
+        before = _direct(m.topic)
+        for i in range(20):
+            m.put("k", i).result(timeout=30)
+        assert _direct(m.topic) - before == 20  # still the direct path
+        assert "housekeeping check broke" in caplog.text
+        assert m.get("k", latest=True).result(timeout=30) == 19
+    finally:
+        m.close()
