@@ -13,6 +13,7 @@ key.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -102,16 +103,23 @@ def _send(producer: pulsar.Producer, m: OutgoingMessage, callback: Any) -> None:
     producer._producer.send_async(_native(m), callback)
 
 
+def _without_callback(call: Callable[[Any], None]) -> None:
+    """``call(callback)`` with no Python callback; with ``_ignore`` from the
+    first time a client build refuses ``None`` (refused before anything was
+    sent or flushed)."""
+    try:
+        call(_NoCallback.value)
+    except TypeError:
+        if _NoCallback.value is _ignore:
+            raise
+        _NoCallback.value = _ignore
+        call(_ignore)
+
+
 def _send_leading(producer: pulsar.Producer, messages: list[OutgoingMessage]) -> None:
     """All but the last of an entry's messages (the last one reports for all)."""
     for m in messages[:-1]:
-        try:
-            _send(producer, m, _NoCallback.value)
-        except TypeError:  # refused before anything was sent
-            if _NoCallback.value is _ignore:
-                raise
-            _NoCallback.value = _ignore
-            _send(producer, m, _ignore)
+        _without_callback(functools.partial(_send, producer, m))
 
 
 def send_entry(
@@ -149,14 +157,4 @@ def send_entry_async(
     # a second call into Python on the IO thread, on the caller's way (~100 us
     # of process CPU per put); the C++ client checks for an empty one on every
     # path (ProducerImpl::flushAsync, BatchMessageContainer::createOpSendMsg)
-    _flush_async(producer)
-
-
-def _flush_async(producer: pulsar.Producer) -> None:
-    try:
-        producer._producer.flush_async(_NoCallback.value)
-    except TypeError:  # a client build that refuses None: nothing was flushed
-        if _NoCallback.value is _ignore:
-            raise
-        _NoCallback.value = _ignore
-        producer._producer.flush_async(_ignore)
+    _without_callback(producer._producer.flush_async)

@@ -585,10 +585,9 @@ class Writer(Generic[S, Op]):
             return True
         # while the entry travels, off the ack's way to the waiting caller: decode
         # it for the callback (which does it itself if the ack comes first), and
-        # ask whether housekeeping has work (then the writer thread does it once
-        # this write's ack is handled, holding the turn)
-        # this write is sent and the turn may be the callback's already: nothing
-        # here may fail the call (nor release the turn)
+        # ask whether housekeeping has work (the writer thread does it once this
+        # write's ack is handled). The write is sent and the turn may be the
+        # callback's already: nothing here may fail the call nor release the turn
         try:
             direct.own.decode(self._codec)
             if self._housekeeping_due():
