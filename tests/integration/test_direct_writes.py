@@ -30,9 +30,14 @@ def test_sync_puts_of_an_idle_writer_go_out_directly(
     make_client: ClientFactory, admin_url: str
 ) -> None:
     topic = unique_topic("direct")
-    # no idle release: its timer's wake-ups take the writer's turn now and then
+    # no idle release (its timer's wake-ups take the writer's turn now and
+    # then) and no tenure limit (after 0.5 s the next put regains the topic
+    # through the writer thread: on a loaded machine, within the loop)
     m = PulsarMap[str, int](
-        make_client(), topic, admin_url=admin_url, config=StateConfig(idle_release_s=600)
+        make_client(),
+        topic,
+        admin_url=admin_url,
+        config=StateConfig(idle_release_s=600, max_tenure_s=None),
     )
     try:
         m.put("warm-up", 0).result(timeout=30)  # gains the topic (the writer thread)
@@ -228,8 +233,11 @@ def test_a_failing_housekeeping_check_fails_no_sent_write(
     and lands) nor release the turn a second time (which would let two
     writers act at once)."""
     topic = unique_topic("hk")
-    m = PulsarMap[str, int](
-        make_client(), topic, admin_url=admin_url, config=StateConfig(idle_release_s=600)
+    m = PulsarMap[str, int](  # as above: nothing but this test takes the turn
+        make_client(),
+        topic,
+        admin_url=admin_url,
+        config=StateConfig(idle_release_s=600, max_tenure_s=None),
     )
     try:
         m.put("warm-up", 0).result(timeout=30)

@@ -29,6 +29,7 @@ import yaml
 from harness import PulsarEndpoint, unique_name, unique_topic, wait_until
 from postgres_server import PostgresServer, sql_rows
 
+from pulsar_state.deploy.functions_deploy import _config_dir
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 
 
@@ -91,13 +92,15 @@ def test_a_deployed_sink_takes_the_password_from_its_secrets(
     fqn = ("public", "default", name)
     topic = f"persistent://public/default/{name}-in"
     entry = Path(str(resources.files("pulsar_state.connectors") / "sink_entry.py"))
+    # deployed as users do: the shipped config (whose subscriptionPosition:
+    # Earliest keeps the records sent below, before the instance subscribed),
+    # its name, input and user config overridden on the command line
     admin.create_function(
         fqn=fqn,
+        config_file=_config_dir() / "sql-sink.yaml",
         py=entry,
-        classname="sink_entry.SinkFunction",
         inputs=[topic],
         extra=[
-            "--retain-ordering",
             "--user-config",
             json.dumps({"database": guarded.url, "table": "kv"}),
             # Pulsar's default secrets provider hands the value itself to get_secret
@@ -122,6 +125,9 @@ def test_a_deployed_sink_takes_the_password_from_its_secrets(
             "functions", "get", "--tenant", tenant, "--namespace", namespace, "--name", fn
         )
         assert guarded.password not in json.dumps(recorded.get("userConfig"))
+        # the command line's input replaced the shipped one; its position stayed
+        assert set(recorded["inputSpecs"]) == {topic}, recorded["inputSpecs"]
+        assert recorded["subscriptionPosition"] == "Earliest", recorded
     finally:
         admin.delete_function(fqn)
 
