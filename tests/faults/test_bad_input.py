@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pulsar
+import pytest
 from fault_report import FaultReport
 from harness import PulsarEndpoint, compact_topic, unique_topic, wait_until
 
@@ -35,10 +36,11 @@ def _inject_garbage(client: pulsar.Client, topic: str) -> int:
     return 4
 
 
+@pytest.mark.fencing
 def test_garbage_under_user_keys_survives_compaction_without_loss(
-    pulsar_endpoint: PulsarEndpoint, make_client: Any, fault_report: FaultReport
+    broker_endpoint: PulsarEndpoint, make_client: Any, fault_report: FaultReport
 ) -> None:
-    admin_url = pulsar_endpoint.admin_url
+    admin_url = broker_endpoint.admin_url
     topic = unique_topic("garbage")
     expected = {"a": 1, "b": 2, "c": 3}
     with PulsarMap[str, int](make_client(), topic, admin_url=admin_url) as m:
@@ -69,12 +71,13 @@ def test_garbage_under_user_keys_survives_compaction_without_loss(
     )
 
 
+@pytest.mark.fencing
 def test_a_forged_epoch_cannot_stop_the_writers(
-    pulsar_endpoint: PulsarEndpoint, make_client: Any, fault_report: FaultReport
+    broker_endpoint: PulsarEndpoint, make_client: Any, fault_report: FaultReport
 ) -> None:
     """A well-formed write claiming a future epoch (it came through no epoch
     marker) must not make every later legitimate write stale."""
-    admin_url = pulsar_endpoint.admin_url
+    admin_url = broker_endpoint.admin_url
     topic = unique_topic("forged-epoch")
     with PulsarMap[str, int](make_client(), topic, admin_url=admin_url) as m:
         m.put("a", 1).result(60)

@@ -85,9 +85,10 @@ def _entries_with(client: pulsar.Client, topic: str, needle: bytes) -> int:
 ADAPTIVE_WAIT_S = 3
 
 
+@pytest.mark.fencing
 @pytest.mark.parametrize("mode", ["fencing", "adaptive"])
 def test_a_cut_off_writer_is_fenced_and_its_late_write_never_applied(
-    pulsar_endpoint: PulsarEndpoint,
+    broker_endpoint: PulsarEndpoint,
     make_client: Any,
     fault_report: FaultReport,
     mode: str,
@@ -96,17 +97,17 @@ def test_a_cut_off_writer_is_fenced_and_its_late_write_never_applied(
     if reason:
         pytest.skip(reason)
     topic = unique_topic("zombie")
-    admin_url = pulsar_endpoint.admin_url
-    broker_port = urlparse(pulsar_endpoint.service_url).port
+    admin_url = broker_endpoint.admin_url
+    broker_port = urlparse(broker_endpoint.service_url).port
     assert broker_port is not None
     with PulsarMap[str, str](make_client(), topic, admin_url=admin_url) as seed:
         seed.put("k", "init").result(60)
 
-    zombie = ZombieProcess(pulsar_endpoint.service_url, topic, "k", mode)
+    zombie = ZombieProcess(broker_endpoint.service_url, topic, "k", mode)
     successor_client = make_client()
     if mode == "adaptive":
         successor_client = pulsar.Client(
-            pulsar_endpoint.service_url,
+            broker_endpoint.service_url,
             operation_timeout_seconds=ADAPTIVE_WAIT_S,
             logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
         )

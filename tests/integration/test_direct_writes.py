@@ -113,6 +113,7 @@ def test_concurrent_writers_still_share_entries(make_client: ClientFactory, admi
         m.close()
 
 
+@pytest.mark.fencing
 def test_a_fenced_direct_write_is_rerun_not_lost(
     make_client: ClientFactory, admin_url: str
 ) -> None:

@@ -60,6 +60,7 @@ def test_wait_for_exclusive_gets_access_when_holder_closes(client: pulsar.Client
     assert _read_all(client, topic) == [b"first", b"second"]
 
 
+@pytest.mark.fencing
 def test_exclusive_with_fencing_takes_over_and_old_sends_never_land(
     client: pulsar.Client,
 ) -> None:

@@ -560,6 +560,7 @@ def test_clients_recover_from_a_broker_restart(
 # -- metrics ----------------------------------------------------------------------
 
 
+@pytest.mark.fencing
 def test_metrics_count_writes_applies_fences_and_bootstrap(
     make_client: ClientFactory, admin_url: str
 ) -> None:

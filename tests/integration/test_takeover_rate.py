@@ -158,19 +158,20 @@ def test_by_default_contending_writers_fence_no_one(
     assert (outcome.fences, outcome.takeovers) == (0, 0), outcome
 
 
+@pytest.mark.fencing
 def test_a_low_takeover_rate_is_kept_and_nothing_is_lost(
-    pulsar_endpoint: PulsarEndpoint, client: pulsar.Client
+    broker_endpoint: PulsarEndpoint, client: pulsar.Client
 ) -> None:
     # far below the rate contention makes unbounded (~20/s here): the limiter is what keeps it
     config = StateConfig(access_mode="fencing", max_takeovers_per_s=1.0, takeover_burst=1)
     spec = _Spec(
-        pulsar_endpoint.service_url,
-        pulsar_endpoint.admin_url,
+        broker_endpoint.service_url,
+        broker_endpoint.admin_url,
         unique_topic("takeovers-low"),
         "update",
         config,
     )
-    outcome = _run(pulsar_endpoint, client, spec)
+    outcome = _run(broker_endpoint, client, spec)
     # fencing mode keeps the topic until fenced: every acquisition past the
     # first took it from another process
     assert outcome.acquisitions > PROCESSES, outcome
