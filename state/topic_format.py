@@ -19,7 +19,9 @@ self-committing message**: the op's key and payload with properties
 ``{"pss": "1", "pss.k": "write", "pss.w": <write id>, "pss.e": <epoch>}``. Half the
 messages to build, send, receive and decode for the commonest write; it needs
 no trailing marker (below), since a non-empty message is never compacted away
-while it is the last of its key.
+while it is the last of its key. An entry of one message (such a write, an
+epoch marker) is sent outside the client's batch (see ``entry_sender``), so its
+message id has batch index -1; readers take both forms alike.
 
 When a writer gains the topic it appends an **epoch marker** (key
 ``"__pss__/epoch"``, properties ``{"pss": "1", "pss.k": "epoch"}``) and waits to

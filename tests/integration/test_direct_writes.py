@@ -225,6 +225,35 @@ def test_an_entry_sent_without_waiting_is_flushed_and_reports_once(
     assert not reported.acquire(timeout=0.5)  # each entry reported once
 
 
+def test_a_one_message_entry_goes_outside_the_batch_in_order(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    """A put is an entry of one message, sent past the client's batch (batch
+    index -1); a write of several ops is still one batch. Sent by one thread
+    without waiting, alternately, they land in the order made, and a reader
+    of the topic (another manager) applies them alike."""
+    topic = unique_topic("alone")
+    m = PulsarMap[str, int](make_client(), topic, admin_url=admin_url)
+    other = PulsarMap[str, int](make_client(), topic, admin_url=admin_url)
+    try:
+        assert m.put("k", 0).result(timeout=30).batch == -1
+        futures = []
+        for i in range(1, 101):
+            futures.append(m.put("k", i))  # alone
+            futures.append(m.put_all({"k": -i, f"x{i}": i}))  # one batch of two ops
+        landed = [f.result(timeout=60) for f in futures]
+        assert landed == sorted(landed), "entries landed out of the order made"
+        assert m.get("k").result() == -100 and m.get("x100").result() == 100
+        assert other.get("k", latest=True).result(timeout=30) == -100
+        assert other.get("x1").result() == 1
+        # a put given its own entry reports it as a whole; a batch, by message
+        alone = [p for p in landed[0::2] if p.batch == -1]
+        assert alone, "no put went out as an entry of its own"
+    finally:
+        m.close()
+        other.close()
+
+
 def test_a_failing_housekeeping_check_fails_no_sent_write(
     make_client: ClientFactory, admin_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
