@@ -360,6 +360,29 @@ class PulsarAdmin:
         self._check(resp, f"reading stats of {topic}")
         return dict(resp.json())
 
+    def waiting_producers(self, topic: str, *, timeout_s: float) -> int:
+        """How many producers wait for ``topic``'s exclusive access (PIP-68
+        ``WaitForExclusive``): its stats' ``waitingPublishers``. One attempt of
+        at most ``timeout_s``, no retry: the caller treats no answer as unknown.
+
+        Raises :class:`PermissionDeniedError` (this role may not read the
+        topic's stats), ``requests.RequestException`` (no answer in time),
+        :class:`StateTopicError` (any other refusal, or a broker whose stats
+        lack the count).
+        """
+        resp = self._session.get(
+            f"{self.admin_url}/admin/v2/{topic_path(topic)}/stats",
+            params={"getPreciseBacklog": "false", "subscriptionBacklogSize": "false"},
+            timeout=timeout_s,
+            verify=self._verify,
+            cert=self._cert,
+        )
+        self._check(resp, f"reading stats of {topic}", read_only=True)
+        waiting = resp.json().get("waitingPublishers")
+        if not isinstance(waiting, int):
+            raise StateTopicError(f"the stats of {topic} have no waitingPublishers count")
+        return waiting
+
     def reap_subscriptions(self, topic: str, prefix: str) -> list[str]:
         """Delete ``prefix*`` subscriptions that no consumer holds (left by crashes)."""
         subs = self.stats(topic).get("subscriptions", {})

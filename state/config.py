@@ -41,7 +41,11 @@ class StateConfig:
             (``None``: keep it until closed or fenced, the default in fencing
             mode; 0.05 s in the queueing modes).
         max_tenure_s: in the queueing modes, let the producer go after holding
-            it this long, once no write is in flight (``None``: no limit).
+            it this long, once no write is in flight (``None``: no limit). With
+            an admin API (``admin_url``/``admin``), a holder asks the broker
+            near the end of each tenure whether another writer waits for the
+            topic, and keeps it for another tenure while none does; without
+            one, every tenure ends.
         retry: how often and how long a fenced or failed write is re-run.
         operation_timeout_s: Pulsar operation timeout and default wait bound.
         send_timeout_s: how long one publish may take before it counts as failed.

@@ -16,6 +16,7 @@ __all__ = [
     "COMMITTED_ON_ACK",
     "DIRECT_WRITES",
     "TAKEOVERS",
+    "TENURES_KEPT",
     "INVALID_MESSAGES",
     "LAG_MESSAGES",
     "WRITES",
@@ -54,6 +55,11 @@ DIRECT_WRITES = Counter(
 TAKEOVERS = Counter(
     "pulsar_state_takeovers",
     "Times this process's adaptive writer fenced a holder that did not let go in time",
+    ["topic"],
+)
+TENURES_KEPT = Counter(
+    "pulsar_state_tenures_kept",
+    "Times this process's writer held on to the topic past max_tenure_s: no other writer waited",
     ["topic"],
 )
 WRITES = Counter("pulsar_state_writes", "Writes published", ["topic"])

@@ -47,6 +47,12 @@ _ACCESS = {
     "exclusive": pulsar.ProducerAccessMode.Exclusive,
 }
 
+#: queueing modes: from this part of ``max_tenure_s`` on, a holder asks whether
+#: another writer waits for the topic, and holds on for a new tenure if none does
+_ASK_FROM = 0.75
+#: ... at most once per this part of ``max_tenure_s``
+_ASK_EVERY = 0.2
+
 #: adaptive mode: writers that timed out behind one holder wait a random part of
 #: this before deciding to fence it. It only follows a whole operation timeout
 #: (30 s by default), so a second more of failover buys far fewer double takeovers.
@@ -68,8 +74,14 @@ class TopicHolder:
         config: StateConfig,
         writer_id: str,
         compactable: bool,
+        waiting_writers: Callable[[], int] | None = None,
     ) -> None:
+        """``waiting_writers``: how many producers wait for the topic (the
+        broker's count of ``WaitForExclusive`` producers), asked near a tenure's
+        end (see :meth:`keep_if_alone`); ``None``: every tenure ends."""
         self._client = client
+        self._waiting_writers = waiting_writers
+        self._next_ask = 0.0  # monotonic time from which to ask waiting_writers again
         self._topic = topic
         self._tailer = tailer
         self._config = config
@@ -105,6 +117,46 @@ class TopicHolder:
             and not busy
             and time.monotonic() - self._held_since >= limit
         )
+
+    def keep_if_alone(self) -> None:
+        """Queueing modes, near the end of a tenure: if no other writer waits
+        for the topic, begin a new tenure now.
+
+        Letting go only to gain the topic again costs a lone writer a new
+        producer and an epoch marker every ``max_tenure_s`` (about 10 ms of
+        stalled writes on a local broker, twice a second by default). The
+        broker counts the producers queued behind ours; while it counts none,
+        we keep the topic. Unknown (no answer in time, an error): the tenure
+        ends as before; no permission to read the topic's stats: it ends
+        every time from then on. Asks at most every ``_ASK_EVERY`` of the
+        tenure, with a bounded call; never while a waiter was just seen.
+        """
+        limit = self._config.max_tenure_s
+        ask = self._waiting_writers
+        if ask is None or limit is None or not self._config.queueing or self.producer is None:
+            return
+        now = time.monotonic()
+        if now < self._next_ask or now - self._held_since < limit * _ASK_FROM:
+            return
+        self._next_ask = now + limit * _ASK_EVERY
+        try:
+            waiting = ask()
+        except PermissionDeniedError as exc:
+            log.warning(
+                "%s: cannot read the topic's stats (%s); this writer lets go of the "
+                "topic every max_tenure_s (%.3g s) whether or not another writer waits",
+                self._topic,
+                exc,
+                limit,
+            )
+            self._waiting_writers = None
+            return
+        except Exception as exc:  # unknown: let the tenure end
+            log.debug("could not tell whether writers wait for %s: %s", self._topic, exc)
+            return
+        if waiting == 0 and self.producer is not None:
+            self._held_since = time.monotonic()
+            metrics.TENURES_KEPT.labels(*self._labels).inc()
 
     def _access_mode(self) -> Any:
         if self._config.access_mode == "adaptive":

@@ -148,6 +148,7 @@ class Writer(Generic[S, Op]):
         snapshot_every: int = 0,
         after_publish: Callable[[], None] | None = None,
         after_publish_due: Callable[[], bool] | None = None,
+        waiting_writers: Callable[[], int] | None = None,
     ) -> None:
         self._snapshotter = snapshotter
         #: called on the writer thread after publishing, while holding the
@@ -182,6 +183,7 @@ class Writer(Generic[S, Op]):
             config=config,
             writer_id=self.writer_id,
             compactable=compactable,
+            waiting_writers=waiting_writers,
         )
         self._labels = (topic,)
         self._m_writes = metrics.WRITES.labels(topic)
@@ -267,6 +269,8 @@ class Writer(Generic[S, Op]):
             return self._retry.popleft()
         self._turn.release()
         try:
+            # may ask the broker (a bounded call): direct writes go on meanwhile
+            self._holder.keep_if_alone()
             item = self._queue.get(timeout=timeout_s)
         except queue.Empty:
             item = None
@@ -349,7 +353,9 @@ class Writer(Generic[S, Op]):
         if self._fenced.is_set() and self._holder.producer is not None:
             self._holder.lost(_stale())
         elif self._holder.tenure_over(busy=bool(self._pending)):
-            self._holder.release()  # writers queued behind us go first; we queue again
+            self._holder.keep_if_alone()  # (the writer thread slept through the window)
+            if self._holder.tenure_over(busy=bool(self._pending)):
+                self._holder.release()  # writers queued behind us go first; we queue again
         try:
             self._acquire()
         except PulsarStateError as exc:
