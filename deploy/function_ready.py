@@ -165,18 +165,71 @@ class DeployedFunction:
                 ) from last_error
             time.sleep(interval_s)
 
-    def wait_ready(self, *, inputs: list[str], instances: int, timeout_s: float = 180.0) -> None:
+    def restart_instance(self, instance_id: int) -> bool:
+        """Have the worker stop and start one instance afresh (``True``: accepted).
+
+        A fresh start gets new ports: the worker picks an instance's control
+        and metrics ports when it starts it, not when its own health check
+        restarts the process (see :meth:`wait_ready`).
+        """
+        tenant, namespace, name = self.fqn
+        resp = self._admin.request(
+            "POST", f"/admin/v3/functions/{tenant}/{namespace}/{name}/{instance_id}/restart"
+        )
+        return resp.status_code in (200, 204)
+
+    def _restart_stuck(self, status: dict[str, Any] | None, restarted: set[int]) -> None:
+        """Restart, once each, the instances the worker lists as not running."""
+        for instance in (status or {}).get("instances") or []:
+            instance_id = instance.get("instanceId")
+            state = instance.get("status") or {}
+            if state.get("running") or not isinstance(instance_id, int) or instance_id in restarted:
+                continue
+            restarted.add(instance_id)
+            error = (state.get("error") or "").strip()[:300]
+            log.warning(
+                "%s: instance %d is not running%s; restarting it (the worker gives it new "
+                "ports: two instances started together can be given the same one)",
+                self.name,
+                instance_id,
+                f" ({error})" if error else "",
+            )
+            if not self.restart_instance(instance_id):
+                log.warning("%s: the worker refused to restart instance %d", self.name, instance_id)
+
+    def wait_ready(
+        self,
+        *,
+        inputs: list[str],
+        instances: int,
+        timeout_s: float = 180.0,
+        restart_after_s: float | None = 45.0,
+    ) -> None:
         """Wait until ``instances`` run and each input has the function's subscription.
 
         A consumer on the subscription means an instance is connected: from
         then on a message sent to the input reaches the function.
+
+        An instance still not running after ``restart_after_s`` is restarted
+        through the admin API, once (``None``: never). The worker picks each
+        instance's two ports (control and metrics) as free ones when it starts
+        it and binds neither itself, so two instances started together can be
+        given the same port; the one that binds second fails, and the worker's
+        own restarts (after a failed health check) reuse its ports, forever.
+        Seen in a clean-clone ``make run``: the scheduler's instance 1 got
+        instance 0's control port as its metrics port. A restart through the
+        admin API starts it with new ports.
         """
         last: dict[str, Any] = {}
+        started = time.monotonic()
+        restarted: set[int] = set()
 
         def ready() -> bool:
             last["status"] = status = self.status()
             running = 0 if status is None else int(status.get("numRunning", 0))
             if running < instances:
+                if restart_after_s is not None and time.monotonic() - started >= restart_after_s:
+                    self._restart_stuck(status, restarted)
                 return False
             last["consumers"] = {topic: self.consumers(topic) for topic in inputs}
             return all(last["consumers"].values())
