@@ -16,6 +16,7 @@ from harness import PulsarEndpoint, function_instance_pids, unique_name, wait_un
 
 from pulsar_state import PulsarMap
 from pulsar_state.deploy.function_package import build_function_package
+from pulsar_state.deploy.function_ready import DeployedFunction
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 from pulsar_state.functions.scheduler_function import (
     Heartbeat,
@@ -152,7 +153,9 @@ def test_deployed_scheduler_assigns_moves_and_survives_instance_kills(
         return bool(admin.function_status(fqn)["numRunning"] == n)
 
     try:
-        wait_until(lambda: running(2), timeout_s=180, interval_s=1, message="scheduler running")
+        # as `pulsar-state deploy` waits: running, subscribed, a stuck instance restarted
+        with DeployedFunction(admin_url=pulsar_endpoint.admin_url, fqn=fqn) as deployed:
+            deployed.wait_ready(inputs=[topic["hb"]], instances=2, timeout_s=180)
         join("w1")
         join("w2")
         # a heartbeat that is not one is skipped; scheduling goes on

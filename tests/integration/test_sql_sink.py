@@ -29,6 +29,7 @@ from postgres_server import sql_rows
 from pulsar_state import PulsarMap
 from pulsar_state.connectors.sink import SqlUpsertSink, owner_key
 from pulsar_state.connectors.sink_runner import run_sink
+from pulsar_state.deploy.function_ready import DeployedFunction
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 from pulsar_state.position import Position
 
@@ -153,7 +154,9 @@ def test_sink_inside_the_functions_runtime(
         ],
     )
     try:
-        wait_until(lambda: admin.function_status(fqn)["numRunning"] == 2, timeout_s=180)
+        # as `pulsar-state deploy` waits: running, subscribed, a stuck instance restarted
+        with DeployedFunction(admin_url=pulsar_endpoint.admin_url, fqn=fqn) as deployed:
+            deployed.wait_ready(inputs=[topic], instances=2, timeout_s=180)
         expected, _ = _send(client, topic)
         wait_until(
             lambda: sql_rows(sql_database, "kv") == expected, timeout_s=120, message="rows in SQL"

@@ -14,6 +14,7 @@ import pytest
 from harness import PulsarEndpoint, function_instance_pids, unique_name, wait_until
 
 from pulsar_state import PulsarMap, StateConfig
+from pulsar_state.deploy.function_ready import DeployedFunction
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 
 
@@ -78,12 +79,9 @@ def test_word_count_is_exact_across_an_instance_kill(
         ],
     )
     try:
-        wait_until(
-            lambda: _all_running(admin, fqn, 2),
-            timeout_s=120,
-            interval_s=1,
-            message="instances 0 and 1 running",
-        )
+        # as `pulsar-state deploy` waits: running, subscribed, a stuck instance restarted
+        with DeployedFunction(admin_url=pulsar_endpoint.admin_url, fqn=fqn) as deployed:
+            deployed.wait_ready(inputs=[source], instances=2, timeout_s=180)
         # failover on each partition: both instances attached, one active per partition
         wait_until(
             lambda: _partition_consumers(pulsar_endpoint, source, subscription) == [2, 2],
