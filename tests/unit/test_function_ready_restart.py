@@ -14,12 +14,12 @@ did (the decision logic, no broker).
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 
 import pytest
+from http_stub import serving
 
 from pulsar_state.deploy.errors import FunctionNotReadyError
 from pulsar_state.deploy.function_ready import DeployedFunction
@@ -75,14 +75,8 @@ class _Worker(BaseHTTPRequestHandler):
 @pytest.fixture
 def worker() -> Iterator[str]:
     _Worker.calls, _Worker.restarted, _Worker.heals = [], set(), True
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Worker)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Worker) as url:
+        yield url
 
 
 def _restarts() -> list[str]:

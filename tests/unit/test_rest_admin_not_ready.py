@@ -9,13 +9,13 @@ answers as that worker does (the client's retry logic, no broker).
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from http_stub import serving
 
 from pulsar_state.deploy.errors import PulsarAdminError
 from pulsar_state.deploy.rest_admin import PulsarAdminRest
@@ -68,14 +68,8 @@ class _Worker(BaseHTTPRequestHandler):
 def worker() -> Iterator[str]:
     _Worker.calls = []
     _Worker.packages = set()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Worker)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Worker) as url:
+        yield url
 
 
 def test_a_create_waits_while_the_worker_is_not_ready(worker: str, tmp_path: Path) -> None:
