@@ -17,6 +17,7 @@ readers must not keep references to the state past their return.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -243,7 +244,11 @@ class SharedStateManager(Generic[S, Op]):
             snapshot_every=snapshots.every_writes if snapshots is not None else 0,
             after_publish=self._maybe_checkpoint if self._checkpointer is not None else None,
             after_publish_due=self._checkpoint_due if self._checkpointer is not None else None,
-            waiting_writers=self._waiting_writers if self._admin is not None else None,
+            waiting_writers=(
+                functools.partial(self._admin.waiting_producers, self.topic)
+                if self._admin is not None
+                else None
+            ),
         )
         self._closed = False
 
@@ -455,14 +460,6 @@ class SharedStateManager(Generic[S, Op]):
             tailer.applied_ops,
             automatic=automatic,
         )
-
-    def _waiting_writers(self) -> int:
-        """Writer thread: how many writers wait for the topic (see
-        :meth:`TopicHolder.keep_if_alone`), asked with a call bounded by a
-        quarter of the tenure (at most 1 s)."""
-        assert self._admin is not None
-        tenure = self.config.max_tenure_s or 4.0
-        return self._admin.waiting_producers(self.topic, timeout_s=min(1.0, tenure / 4))
 
     def _checkpoint_due(self) -> bool:
         """Whether a checkpoint is due (unlocked, any thread: ints, a racy read

@@ -52,6 +52,8 @@ _ACCESS = {
 _ASK_FROM = 0.75
 #: ... at most once per this part of ``max_tenure_s``
 _ASK_EVERY = 0.2
+#: each answer awaited a quarter of the tenure, at most this many seconds
+_ASK_TIMEOUT_S = 1.0
 
 #: adaptive mode: writers that timed out behind one holder wait a random part of
 #: this before deciding to fence it. It only follows a whole operation timeout
@@ -74,11 +76,12 @@ class TopicHolder:
         config: StateConfig,
         writer_id: str,
         compactable: bool,
-        waiting_writers: Callable[[], int] | None = None,
+        waiting_writers: Callable[..., int] | None = None,
     ) -> None:
-        """``waiting_writers``: how many producers wait for the topic (the
-        broker's count of ``WaitForExclusive`` producers), asked near a tenure's
-        end (see :meth:`keep_if_alone`); ``None``: every tenure ends."""
+        """``waiting_writers(timeout_s=...)``: how many producers wait for the
+        topic (the broker's count of ``WaitForExclusive`` producers), asked near
+        a tenure's end within the given bound (see :meth:`keep_if_alone`);
+        ``None``: every tenure ends."""
         self._client = client
         self._waiting_writers = waiting_writers
         self._next_ask = 0.0  # monotonic time from which to ask waiting_writers again
@@ -140,7 +143,7 @@ class TopicHolder:
             return
         self._next_ask = now + limit * _ASK_EVERY
         try:
-            waiting = ask()
+            waiting = ask(timeout_s=min(_ASK_TIMEOUT_S, limit / 4))
         except PermissionDeniedError as exc:
             log.warning(
                 "%s: cannot read the topic's stats (%s); this writer lets go of the "

@@ -148,7 +148,7 @@ class Writer(Generic[S, Op]):
         snapshot_every: int = 0,
         after_publish: Callable[[], None] | None = None,
         after_publish_due: Callable[[], bool] | None = None,
-        waiting_writers: Callable[[], int] | None = None,
+        waiting_writers: Callable[..., int] | None = None,
     ) -> None:
         self._snapshotter = snapshotter
         #: called on the writer thread after publishing, while holding the
