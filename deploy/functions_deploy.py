@@ -244,6 +244,12 @@ def _admin(kind: str, admin_url: str, auth: ClusterAuth) -> _Admin:
     return _RestAdmin(admin_url, auth) if kind == "rest" else _CliAdmin(admin_url, auth)
 
 
+def _fqn(config_file: str) -> Fqn:
+    """The fully qualified name a shipped config deploys."""
+    config = _load(config_file)
+    return (config["tenant"], config["namespace"], config["name"])
+
+
 def build_packages(
     out_dir: Path, python_version: str | None, platform: str | None
 ) -> Iterator[tuple[str, Path]]:
@@ -290,6 +296,9 @@ def deploy_functions(
     admin = _admin(admin_client, admin_url, auth)
     deployed: list[tuple[Fqn, dict[str, Any]]] = []
     try:
+        # asked before anything is built (the slow part): a cluster that refuses
+        # (a wrong token, no permission, no functions worker) says so at once
+        existing = {fqn: admin.exists(fqn) for fqn in map(_fqn, FUNCTIONS)}
         with tempfile.TemporaryDirectory(prefix="pss-deploy-") as tmp:
             if code == "zip":
                 targets = list(build_packages(Path(tmp), python_version, platform))
@@ -310,7 +319,7 @@ def deploy_functions(
                 if filled:
                     echo(f"{'/'.join(fqn)}: {', '.join(filled)}")
                 deployed.append((fqn, config))
-                if admin.exists(fqn):
+                if existing[fqn] if fqn in existing else admin.exists(fqn):
                     admin.update(fqn, config, path, py)
                     echo(f"updated {'/'.join(fqn)}")
                     continue
@@ -354,8 +363,7 @@ def undeploy_functions(
     admin = _admin(admin_client, admin_url, auth)
     try:
         for config_file in FUNCTIONS:
-            config = _load(config_file)
-            fqn = (config["tenant"], config["namespace"], config["name"])
+            fqn = _fqn(config_file)
             if admin.delete(fqn):
                 echo(f"deleted {'/'.join(fqn)}")
             else:
