@@ -114,6 +114,17 @@ def _raw_latest(consumer: pulsar.Consumer, n: int) -> None:
         consumer.get_last_message_id()
 
 
+def _raw_future_latest(consumer: pulsar.Consumer, n: int) -> None:
+    """``get_last_message_id_async``, its callback completing a future the caller
+    waits on: what a read that returns a future (as ``get(latest=True)`` does)
+    costs before any code of ours."""
+    native = consumer._consumer
+    for _ in range(n):
+        future: Future[pulsar.MessageId] = Future()
+        native.get_last_message_id_async(lambda r, m, f=future: f.set_result(m))
+        future.result()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
@@ -173,6 +184,14 @@ def main() -> None:
         True,
         reference_name="producer.send",
     )
+    latest_bound = Comparison(
+        "bound on row 3 for a read returning a future: "
+        "get_last_message_id_async + future vs get_last_message_id",
+        "µs",
+        "(context)",
+        False,
+        reference_name="get_last_message_id",
+    )
     sync_p50 = Comparison(
         "sync put latency p50", "µs", "(context)", False, reference_name="producer.send p50"
     )
@@ -214,6 +233,7 @@ def main() -> None:
         sync_bound,
         future_bound,
         many_bound,
+        latest_bound,
     ]
     with broker() as (service_url, admin_url):
         client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
@@ -322,6 +342,10 @@ def main() -> None:
                 latest.reference.append(
                     timed(partial(_raw_latest, consumer, args.reads)) / args.reads * 1e6
                 )
+                latest_bound.ours.append(
+                    timed(partial(_raw_future_latest, consumer, args.reads)) / args.reads * 1e6
+                )
+                latest_bound.reference.append(latest.reference[-1])
                 consumer.unsubscribe()
                 if round_ == 0:
                     for c in recorded:
@@ -354,8 +378,9 @@ from the raw send's rate. The read-your-writes rows compare the puts with a raw 
 followed by receiving that message back on a consumer (what a put completed on
 the tail must wait for); the "bound" rows measure that, and a call that
 returns a future (`send_async` whose callback completes a `Future` the caller
-waits on, as `put(...).result()` must), against the goals' references with no
-code of ours at all.
+waits on, as `put(...).result()` must; `get_last_message_id_async` completing
+one, as `get(latest=True).result()` must), against the goals' references with
+no code of ours at all.
 """,
     )
     print(path.read_text())
