@@ -17,7 +17,8 @@ Errors (each method's ``Raises:`` names the ones it can meet). At the call:
 ``ForkedProcessError`` in a process forked after the map was made;
 ``StateClosedError`` for a write once the map is closed; ``TypeError`` or
 ``ValueError`` for a key or value the map refuses (a key that is not a
-``str`` or is reserved, a value the serde cannot serialize or that
+``str`` or is reserved, an empty key for a value (Pulsar's compaction drops
+messages without a key), a value the serde cannot serialize or that
 serializes to empty bytes). Through the future of a read:
 ``StateClosedError`` once the map is closed (after its reader failed, the
 error that stopped it: ``InvalidMessageError`` with
@@ -63,7 +64,7 @@ from pulsar_state.map_watch import (
 )
 from pulsar_state.position import Position
 from pulsar_state.serde import JsonSerde, KeySerde, Serde, StrKeySerde
-from pulsar_state.topic_format import check_user_key
+from pulsar_state.topic_format import check_user_key, check_value_key
 
 __all__ = ["MapChange", "MapOp", "MapWatch", "PulsarMap"]
 
@@ -161,7 +162,7 @@ class PulsarMap(Generic[K, V]):
 
     def _op(self, key: K, value: V) -> MapOp[K, V]:
         """Validate and serialize eagerly: bad keys and values fail at the call."""
-        check_user_key(self._codec.key_serde.to_key(key))
+        check_value_key(self._codec.key_serde.to_key(key))
         payload = self._codec.value_serde.serialize(value)
         if not payload:
             raise ValueError("a value must not serialize to empty bytes (that means delete)")
@@ -296,8 +297,8 @@ class PulsarMap(Generic[K, V]):
 
         Raises:
             TypeError, ValueError: at the call, for a key or value the map
-                refuses (not a str key, a reserved key, a value the serde
-                cannot serialize or one serializing to empty bytes).
+                refuses (not a str key, a reserved or empty key, a value the
+                serde cannot serialize or one serializing to empty bytes).
             StateClosedError, ForkedProcessError: at the call (module docstring: *Errors*).
             TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
                 PermissionDeniedError, StateClosedError: through the future.

@@ -64,6 +64,7 @@ __all__ = [
     "Kind",
     "OutgoingMessage",
     "check_user_key",
+    "check_value_key",
     "commit_message",
     "epoch_message",
     "op_message",
@@ -119,13 +120,31 @@ def check_user_key(key: str) -> str:
     return key
 
 
+def check_value_key(key: str) -> str:
+    """``key`` as the key of a value (not a delete): a user key, not empty.
+
+    Pulsar has no empty message key: the client sends one as no key at all,
+    and compaction drops messages without a key (PIP-318). A value under
+    ``""`` would be applied by every reader of the raw topic and then vanish
+    once the topic is compacted, so it is refused. (A delete of ``""`` is
+    allowed: it removes such a value written before this check.)
+    """
+    check_user_key(key)
+    if not key:
+        raise ValueError(
+            "a key must not be empty: Pulsar sends an empty key as no key, and "
+            "compaction drops messages without a key"
+        )
+    return key
+
+
 def _op_key(write_id: str, index: int, key: str | None, payload: bytes) -> str:
     """The message key of an op: its own, or a unique one for a keyless op."""
     if key is None:
         if not payload:
             raise ValueError("a keyless op must not serialize to empty bytes (a tombstone)")
         return f"{RESERVED_PREFIX}op/{write_id}/{index}"
-    return check_user_key(key)
+    return check_value_key(key) if payload else check_user_key(key)
 
 
 def _op_properties(write_id: str, epoch: int, kind: str) -> dict[str, str]:

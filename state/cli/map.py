@@ -50,7 +50,7 @@ from pulsar_state.position import Position
 from pulsar_state.pulsar_map import PulsarMap
 from pulsar_state.replay import AppliedWrite
 from pulsar_state.serde import JsonSerde, StrKeySerde
-from pulsar_state.topic_format import check_user_key
+from pulsar_state.topic_format import check_user_key, check_value_key
 from pulsar_state.topic_view import TopicView
 
 __all__ = ["map_group"]
@@ -106,6 +106,13 @@ def _user_key(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
         raise click.BadParameter(str(exc)) from exc
 
 
+def _value_key(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    try:
+        return check_value_key(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
 def _optional_topic(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     return None if value is None else topic_callback(ctx, param, value)
 
@@ -156,7 +163,7 @@ def get(ctx: click.Context, key: str, fmt: str) -> None:
 
 
 @map_group.command()
-@click.argument("key", callback=_user_key)
+@click.argument("key", callback=_value_key)
 @click.argument("value")
 @click.pass_context
 def put(ctx: click.Context, key: str, value: str) -> None:
@@ -347,7 +354,7 @@ def _read_lines(file: TextIO) -> dict[str, Any]:
             )
         key = record["key"]
         try:
-            check_user_key(key)
+            check_value_key(key)
         except (TypeError, ValueError) as exc:
             raise click.ClickException(f"{where}: {exc}") from exc
         if key in entries:

@@ -293,6 +293,30 @@ def test_compaction_bounds_bootstrap_and_loses_nothing(
         assert m.get("after", latest=True).result() == 1
 
 
+def test_a_value_under_an_empty_key_is_refused_not_lost_to_compaction(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    """Pulsar has no empty message key (the client sends it as none) and
+    compaction drops keyless messages: a put of "" used to be acknowledged,
+    applied, and gone once the topic was compacted (a fresh map no longer had
+    it). It is refused at the call now; a delete of "" stays allowed, and
+    everything else survives compaction."""
+    topic = unique_topic("emptykey")
+    with PulsarMap[str, int](make_client(), topic, admin_url=admin_url) as m:
+        with pytest.raises(ValueError, match="must not be empty"):
+            m.put("", 1)
+        with pytest.raises(ValueError, match="must not be empty"):
+            m.put_all({"a": 1, "": 2})
+        with pytest.raises(ValueError, match="must not be empty"):
+            m.update("", lambda _: 3).result(timeout=30)
+        assert m.delete("").result(timeout=30) is None
+        m.put("a", 2).result(timeout=30)
+        assert m.items().result() == {"a": 2}
+    compact_topic(admin_url, topic)
+    with PulsarMap[str, int](make_client(), topic, admin_url=admin_url) as m:
+        assert m.items().result() == {"a": 2}
+
+
 def test_keyless_ops_are_kept_by_compaction(make_client: ClientFactory, admin_url: str) -> None:
     topic = unique_topic("keyless")
     with adder(make_client(), topic, admin_url) as m:
