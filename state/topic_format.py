@@ -113,10 +113,20 @@ class Commit:
 
 
 def check_user_key(key: str) -> str:
+    """``key`` as a key of ours: a ``str`` that UTF-8 can encode (a Pulsar
+    message key is UTF-8; a lone surrogate is not), not under the reserved
+    prefix."""
     if not isinstance(key, str):
         raise TypeError(f"an op key is a str, got {type(key).__name__}")
     if key.startswith(RESERVED_PREFIX):
         raise ValueError(f"keys starting with {RESERVED_PREFIX!r} are reserved: {key!r}")
+    if not key.isascii():
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"a key must be valid UTF-8 text (a Pulsar message key is): {key!r} ({exc.reason})"
+            ) from None
     return key
 
 

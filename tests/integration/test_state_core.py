@@ -317,6 +317,32 @@ def test_a_value_under_an_empty_key_is_refused_not_lost_to_compaction(
         assert m.items().result() == {"a": 2}
 
 
+def test_a_key_utf8_cannot_encode_is_refused_at_the_call(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    """A lone surrogate cannot be a Pulsar message key (UTF-8). Such a put used
+    to reach the client's message builder: the writer took the TypeError for a
+    lost producer, let the topic go and gained it again, then failed the whole
+    group with "writer failed: TypeError(partition_key() ...)". Now it is a
+    ValueError at the call, and the writer keeps the topic."""
+    topic = unique_topic("surrogate")
+    config = StateConfig(idle_release_s=600, max_tenure_s=None)  # only a loss ends a tenure
+    with PulsarMap[str, str](make_client(), topic, admin_url=admin_url, config=config) as m:
+        m.put("ok", "1").result(timeout=30)
+        epoch = m.manager.epoch
+        for bad in ("\ud800", "a\udc00b"):
+            with pytest.raises(ValueError, match="UTF-8"):
+                m.put(bad, "v")
+            with pytest.raises(ValueError, match="UTF-8"):
+                m.put_all({"fine": "1", bad: "2"})
+            with pytest.raises(ValueError, match="UTF-8"):
+                m.update(bad, lambda _: "3").result(timeout=30)
+        m.put("ok", "\ud800").result(timeout=30)  # a value: JSON escapes it
+        m.put("é-ключ-鍵", "2").result(timeout=30)
+        assert m.items().result() == {"ok": "\ud800", "é-ключ-鍵": "2"}
+        assert m.manager.epoch == epoch  # the topic was kept
+
+
 def test_keyless_ops_are_kept_by_compaction(make_client: ClientFactory, admin_url: str) -> None:
     topic = unique_topic("keyless")
     with adder(make_client(), topic, admin_url) as m:
