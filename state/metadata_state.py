@@ -66,6 +66,11 @@ def validate_path(path: str) -> str:
             raise InvalidPathError(f"empty, '.' or '..' segment in {path!r}")
         if any(ord(c) < 32 or c == "\x7f" for c in segment):
             raise InvalidPathError(f"control character in {path!r}")
+    if not path.isascii():
+        try:
+            path.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate: no Pulsar message key
+            raise InvalidPathError(f"a path is valid UTF-8 text: {path!r} ({exc.reason})") from None
     if path.startswith("/__pss__"):
         raise InvalidPathError(f"paths under /__pss__ are reserved: {path!r}")
     return path

@@ -343,6 +343,57 @@ def test_a_key_utf8_cannot_encode_is_refused_at_the_call(
         assert m.manager.epoch == epoch  # the topic was kept
 
 
+class _KeyedCodec:
+    """Ops are (key, number); the key goes on the message."""
+
+    def encode(self, op: tuple[str, int]) -> tuple[str | None, bytes]:
+        return op[0], json.dumps(op[1]).encode()
+
+    def decode(self, key: str, payload: bytes) -> tuple[str, int]:
+        return key, json.loads(payload)
+
+
+def test_a_bad_key_from_a_codec_fails_its_own_write_only(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    """Writes queued together share one entry (group commit). A key the topic
+    cannot carry (here from an application's own codec) used to be found only
+    when the group's messages were built, which failed every write of the
+    group ("writer failed: ValueError(...)"). It is checked as each write is
+    encoded now: that write fails, the others of its group land."""
+    topic = unique_topic("badkey")
+    manager = (
+        SharedStateManager.builder(make_client(), topic, admin_url=admin_url)
+        .with_op_codec(_KeyedCodec())
+        .with_database_initializer(dict)
+        .with_change_log_applier(lambda s, op: s.__setitem__(*op))
+        .with_config(direct_writes=False)  # every write through the queue
+        .build()
+    )
+    try:
+        manager.write(lambda s: [("warm", 0)], blind=True).result(timeout=30)
+        gate = threading.Event()
+
+        def held(_state: dict[str, int]) -> list[tuple[str, int]]:
+            gate.wait(30)  # keeps the writer thread busy while the group queues
+            return [("held", 1)]
+
+        first = manager.write(held)
+        good = [manager.write(lambda s, i=i: [(f"k{i}", i)], blind=True) for i in range(5)]
+        bad = manager.write(lambda s: [("\ud800", 9)], blind=True)
+        good += [manager.write(lambda s, i=i: [(f"k{i}", i)], blind=True) for i in range(5, 10)]
+        gate.set()
+        first.result(timeout=30)
+        with pytest.raises(ValueError, match="UTF-8"):
+            bad.result(timeout=30)
+        landed = [f.result(timeout=30) for f in good]
+        assert len({(p.ledger, p.entry) for p in landed}) < len(landed), "no group formed"
+        state = manager.read(dict).result()
+        assert {k: state[k] for k in state if k.startswith("k")} == {f"k{i}": i for i in range(10)}
+    finally:
+        manager.close()
+
+
 def test_keyless_ops_are_kept_by_compaction(make_client: ClientFactory, admin_url: str) -> None:
     topic = unique_topic("keyless")
     with adder(make_client(), topic, admin_url) as m:
