@@ -436,7 +436,13 @@ def test_a_reconnect_during_a_compacted_bootstrap_applies_nothing_twice(
     the broker sends the topic again from the last acknowledgement, a batch
     entry from its first message. Before, ops of a half-read entry were
     buffered twice: 30,045 instead of 30,000 was seen. A non-idempotent state
-    machine shows any op applied twice."""
+    machine shows any op applied twice.
+
+    Whether our replay or the C++ client drops the resent messages depends on
+    where the reconnect lands (newer clients drop most of them themselves), so
+    this test does not require a redelivery to reach the replay; the replay's
+    own guard is tested on hand-made redeliveries in tests/unit/test_log_replay.py
+    (a redelivered partial entry, messages redelivered after a reconnect)."""
     topic = unique_topic("compact-reconnect")
     with adder(make_client(), topic, admin_url) as m:
         writes = [m.write(lambda s: [1] * 100) for _ in range(300)]
@@ -444,24 +450,26 @@ def test_a_reconnect_during_a_compacted_bootstrap_applies_nothing_twice(
             f.result(timeout=60)
     compact_topic(admin_url, topic)
     admin = PulsarAdmin(admin_url)
-    redelivered = 0
+    unloaded: list[int] = []
+
+    def unload() -> None:
+        resp = admin.request("PUT", f"/admin/v2/{topic_path(topic)}/unload")
+        unloaded.append(resp.status_code)
+
     try:
-        for delay in (0.05, 0.1, 0.2, 0.3):  # into the bootstrap (~0.6 s here)
-            unload = threading.Timer(
-                delay, lambda: admin.request("PUT", f"/admin/v2/{topic_path(topic)}/unload")
-            )
-            unload.start()
+        for delay in (0.05, 0.1, 0.2, 0.3, 0.4):  # into the bootstrap (~0.5 s here)
+            timer = threading.Timer(delay, unload)
+            timer.start()
             try:
                 with adder(make_client(), topic, admin_url) as reader:
-                    unload.join()
+                    timer.join()
                     state = reader.read(dict, latest=True).result(timeout=60)
                     assert state == {"total": 30_000, "ops": 30_000}, delay
-                    redelivered += reader._tailer.redelivered
             finally:
-                unload.cancel()
+                timer.cancel()
     finally:
         admin.close()
-    assert redelivered > 0  # the reconnects did bring messages again
+    assert unloaded == [204] * 5, unloaded  # every open manager met an unload
 
 
 def snapshotting_adder(
