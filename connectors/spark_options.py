@@ -301,7 +301,10 @@ class SourceOptions:
         only a consumer can), tried again within ``timeoutMs`` as in :meth:`connect`.
         The subscription is removed before returning, again through an unload; so is
         one whose subscribe timed out here but went through on the broker."""
-        timed_out: list[str] = []
+        #: subscriptions the consumer could not remove (name: why), deleted through
+        #: the admin API once every client of ours is closed: before that, a
+        #: consumer that reconnects after an unload could make one again
+        leftover: dict[str, str] = {}
 
         def ask(client: pulsar.Client) -> Position:
             name = f"pss-spark-{uuid.uuid4().hex[:12]}"
@@ -313,12 +316,14 @@ class SourceOptions:
                     properties={"pulsar-state-role": "spark-planner"},
                 )
             except pulsar.PulsarException:
-                timed_out.append(name)
+                leftover[name] = ""
                 raise
             try:
                 return Position.from_message_id(consumer.get_last_message_id())
             finally:
-                self._unsubscribe(consumer, name)
+                failure = self._unsubscribe(consumer)
+                if failure is not None:
+                    leftover[name] = failure
 
         try:
             client, position = self.connect(ask, what="asking the last position")
@@ -332,18 +337,19 @@ class SourceOptions:
                 f"pulsar_state: cannot reach {self.service_url} (no last position of "
                 f"{self.topic} within timeoutMs={self.timeout_ms}): {exc}{hint}"
             ) from None
+        else:
+            client.close()  # (connect closed the clients of failed attempts)
         finally:
-            for name in timed_out:
-                self._remove_subscription(name, "")
-        client.close()
+            for name, failure in leftover.items():
+                self._remove_subscription(name, failure)
         return position
 
-    def _unsubscribe(self, consumer: pulsar.Consumer, name: str) -> None:
+    def _unsubscribe(self, consumer: pulsar.Consumer) -> str | None:
         """Remove the planner's subscription, since a durable one left behind keeps
-        the topic's backlog. An unload in the way is waited out a little (the
-        consumer reconnects by itself); if the consumer stays cut off, it is closed
-        (so no reconnection brings the subscription back) and the subscription is
-        deleted through the admin API."""
+        the topic's backlog; ``None`` once done, else why not. An unload in the way
+        is waited out a little (the consumer reconnects by itself); if the consumer
+        stays cut off, it is closed, and the caller deletes the subscription through
+        the admin API once the client is closed too."""
         try:
             for attempt in Retrying(
                 stop=stop_after_attempt(4),
@@ -353,12 +359,12 @@ class SourceOptions:
             ):
                 with attempt:
                     consumer.unsubscribe()
-            return
+            return None
         except pulsar.PulsarException as exc:
             failure = f"{type(exc).__name__}: {exc}; "
         with contextlib.suppress(pulsar.PulsarException):
             consumer.close()
-        self._remove_subscription(name, failure)
+        return failure
 
     def _remove_subscription(self, name: str, failure: str) -> None:
         """Delete subscription ``name`` through the admin API (gone already is fine);
