@@ -423,7 +423,10 @@ def test_a_map_opens_while_its_topic_is_unloaded_again_and_again(
                 with PulsarMap[str, int](client, topic, admin_url=admin_url) as m:
                     assert m.items().result(30) == {f"k{i}": i for i in range(5)}
                 opened += 1
-        assert opened > 5
+        # every open during the storm read the map whole (asserted above); how
+        # many fit in 12 s is the machine's speed, not the guarantee (a loaded CI
+        # machine managed 4, each open waiting out stalled subscribes)
+        assert opened >= 2
     finally:
         client.close()
 
