@@ -63,6 +63,7 @@ __all__ = [
     "Commit",
     "Kind",
     "OutgoingMessage",
+    "check_op_key",
     "check_user_key",
     "check_value_key",
     "commit_message",
@@ -148,13 +149,19 @@ def check_value_key(key: str) -> str:
     return key
 
 
+def check_op_key(key: str, payload: bytes) -> str:
+    """The key of an op: a value's (:func:`check_value_key`), or a delete's (empty
+    ``payload``, :func:`check_user_key`)."""
+    return check_value_key(key) if payload else check_user_key(key)
+
+
 def _op_key(write_id: str, index: int, key: str | None, payload: bytes) -> str:
     """The message key of an op: its own, or a unique one for a keyless op."""
     if key is None:
         if not payload:
             raise ValueError("a keyless op must not serialize to empty bytes (a tombstone)")
         return f"{RESERVED_PREFIX}op/{write_id}/{index}"
-    return check_value_key(key) if payload else check_user_key(key)
+    return check_op_key(key, payload)
 
 
 def _op_properties(write_id: str, epoch: int, kind: str) -> dict[str, str]:

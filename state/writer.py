@@ -87,8 +87,7 @@ from pulsar_state.tailer import Tailer
 from pulsar_state.topic_format import (
     PROP_WRITE,
     OutgoingMessage,
-    check_user_key,
-    check_value_key,
+    check_op_key,
     commit_message,
     op_messages,
     write_message,
@@ -454,10 +453,8 @@ class Writer(Generic[S, Op]):
             raise TooManyOpsError(len(ops), self._config.max_ops_per_write)
         out = [self._codec.encode(op) for op in ops]
         for key, payload in out:  # here, not at publish: a bad key fails its write only
-            if key is not None and payload:
-                check_value_key(key)
-            elif key is not None:
-                check_user_key(key)
+            if key is not None:
+                check_op_key(key, payload)
         size = entry_size(out)
         if size > self._config.max_write_bytes:
             raise ValueTooLargeError(size, self._config.max_write_bytes)
