@@ -47,7 +47,13 @@ setup(
     license_files=["LICENSE"],
     python_requires=">=3.11",
     # deploy/functions holds only the shipped function configs: a data package
-    packages=[*PACKAGE_DIRS, "pulsar_state.cli", "pulsar_state.deploy.functions"],
+    packages=[
+        *PACKAGE_DIRS,
+        "pulsar_state.cli",
+        "pulsar_state.core",
+        "pulsar_state.core.write",
+        "pulsar_state.deploy.functions",
+    ],
     package_dir=PACKAGE_DIRS,
     package_data={"pulsar_state": ["py.typed"], "pulsar_state.deploy.functions": ["*.yaml"]},
     include_package_data=True,

@@ -120,9 +120,12 @@ class AsyncSharedStateManager(Generic[S, Op]):
         """
         return await wrap(self.sync.checkpoint())
 
-    def add_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
-        """Listeners run on the tailer's thread; use ``loop.call_soon_threadsafe``."""
-        self.sync.add_listener(listener)
+    def add_listener(
+        self, listener: Callable[[AppliedWrite[Op]], None], *, inline: bool = False
+    ) -> None:
+        """Listeners run on the manager's callback thread (``inline``: see
+        :meth:`SharedStateManager.add_listener`); use ``loop.call_soon_threadsafe``."""
+        self.sync.add_listener(listener, inline=inline)
 
     def remove_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
         """Stop calling ``listener`` (:meth:`SharedStateManager.remove_listener`).

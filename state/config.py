@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -66,7 +67,7 @@ class StateConfig:
         max_takeovers_per_s: how many times a second this writer may fence
             another to take the topic over (``"fencing"`` mode, and the
             fallback of ``"adaptive"``), on average (a token bucket
-            of ``takeover_burst``; :mod:`pulsar_state.takeover`). A failover is
+            of ``takeover_burst``; :mod:`pulsar_state.core.write.takeover`). A failover is
             immediate; under contention a writer that keeps losing the topic
             waits for its turn, and the holder writes all it has queued.
             ``None``: unbounded (Pulsar 4.0.8 can deadlock under hundreds of
@@ -74,15 +75,15 @@ class StateConfig:
         takeover_burst: takeovers allowed back to back before the rate applies.
         commit_on_ack: complete a write at the broker's acknowledgement, the
             writer applying it to the local state itself (in log order, once),
-            instead of when the tail brings it back. Safe under PIP-68: only
-            the producer holding the topic's current epoch can append, and it
-            caught up when it gained the topic. ``False``: the tail completes
-            every write (one more dispatch round trip per write).
-        direct_writes: with ``commit_on_ack``, a blind write (``put``,
-            ``put_all``) made while the writer is idle is sent by the calling
-            thread and completed at its acknowledgement, sparing the writer
-            queue's two thread hand-offs (:mod:`pulsar_state.writer`).
-            ``False``: every write goes through the writer's thread.
+            instead of when the tail brings it back. Only when nothing can lie
+            in between: the entry directly follows the writer's previous one
+            (or its epoch marker) in the same ledger, and the state stands
+            there. ``False``: the tail completes every write (one more
+            dispatch round trip per write).
+        direct_writes: deprecated, no effect. Every write goes through the
+            writer's thread (docs/state.md, *The write path*); the direct
+            path, where the calling thread sent, was removed for the races it
+            brought.
     """
 
     access_mode: AccessMode = "adaptive"
@@ -101,7 +102,7 @@ class StateConfig:
     max_takeovers_per_s: float | None = 5.0
     takeover_burst: int = 2
     commit_on_ack: bool = True
-    direct_writes: bool = True
+    direct_writes: bool | None = None
 
     def __post_init__(self) -> None:
         if self.access_mode not in _ACCESS_MODES:
@@ -147,7 +148,14 @@ class StateConfig:
             raise ConfigurationError(f"takeover_burst must be >= 1, got {self.takeover_burst!r}")
         if not self.subscription_prefix:
             raise ConfigurationError("subscription_prefix must not be empty")
-        for name in ("read_compacted", "ensure_retention", "commit_on_ack", "direct_writes"):
+        if self.direct_writes is not None:
+            warnings.warn(
+                "StateConfig(direct_writes=...) has no effect any more: every write goes "
+                "through the writer's thread",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+        for name in ("read_compacted", "ensure_retention", "commit_on_ack"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigurationError(
                     f"{name} must be True or False, got {getattr(self, name)!r}"

@@ -11,7 +11,11 @@ when another thread cancels it between the check and the completion.
 
 The same helpers chain one future into another (:func:`chain`, :func:`then`,
 mapping the result or the error on the way) and bound a future by a deadline
-(:func:`fail_after`), so no module hand-writes its own done-callbacks.
+(:func:`fail_after`), so no module hand-writes its own done-callbacks. Chaining runs on the thread
+that completes the source, also for a manager's
+:class:`~pulsar_state.callback_thread.CallbackFuture` (whose users' callbacks
+run on the manager's callback thread instead): the transforms given here are
+the core's own, short and non-blocking.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, TypeVar, cast
+
+from pulsar_state.callback_thread import CallbackFuture
 
 __all__ = [
     "chain",
@@ -130,7 +136,17 @@ def on_done(source: Future[S], target: Future[Any], fn: Callable[[Future[S]], No
         except BaseException as exc:  # the caller gets every error, on every surface
             set_exception(target, exc)
 
-    source.add_done_callback(done)
+    _inline(source, done)
+
+
+def _inline(source: Future[S], fn: Callable[[Future[S]], None]) -> None:
+    """Run ``fn(source)`` once ``source`` is done, on the completing thread:
+    the core's own chaining never waits for a manager's callback thread
+    (:class:`~pulsar_state.callback_thread.CallbackFuture`)."""
+    if isinstance(source, CallbackFuture):
+        source.add_inline_callback(fn)
+    else:
+        source.add_done_callback(fn)
 
 
 def then(
@@ -144,7 +160,7 @@ def then(
     Cancelling the new future (e.g. its awaiting asyncio task) leaves
     ``source`` alone: a write it stands for is not undone.
     """
-    target: Future[T] = Future()
+    target: Future[T] = source.derived() if isinstance(source, CallbackFuture) else Future()
     chain(source, target, transform, recover=recover)
     return target
 
@@ -162,7 +178,7 @@ def fail_after(
         return None
     timer = threading.Timer(timeout_s, lambda: set_exception(future, error()))
     timer.daemon = True
-    future.add_done_callback(lambda _: timer.cancel())
+    _inline(future, lambda _: timer.cancel())
     timer.start()
     return timer
 

@@ -11,8 +11,16 @@ Futures core: every call returns a :class:`concurrent.futures.Future`; block
 with ``.result()``, or ``await`` through :mod:`pulsar_state.aio`.
 
 Thread safety: the state is only touched under the manager's lock, by the
-tailer (applying) and by generators and readers (reading). Generators and
-readers must not keep references to the state past their return.
+tailer and the writer (applying) and by generators and readers (reading).
+Generators and readers run under that lock, on whichever thread needs them:
+they must be short, must not block on this manager, and must not keep
+references to the state past their return.
+
+Threads (docs/state.md, *Threads*): the tailer, the writer and the client's IO
+thread never run a user's callback. Every done-callback added to a future this
+manager returned, and every listener, runs on the manager's callback thread
+(``pss-callbacks-<topic>``), in the order the writes landed; that thread does
+nothing else, so a callback may wait on this very manager.
 """
 
 from __future__ import annotations
@@ -30,9 +38,11 @@ import pulsar
 from pulsar_state import forks, futures, metrics
 from pulsar_state.admin import PulsarAdmin
 from pulsar_state.admin_endpoint import AdminEndpoint, resolve_admin
+from pulsar_state.callback_thread import CallbackFuture, CallbackThread
 from pulsar_state.checkpoint import LoadedCheckpoint, MapCheckpointer
 from pulsar_state.checkpoint_format import Manifest
 from pulsar_state.config import StateConfig
+from pulsar_state.core.write.writer import Writer
 from pulsar_state.errors import (
     ConfigurationError,
     OperationTimeoutError,
@@ -44,7 +54,6 @@ from pulsar_state.position import Position
 from pulsar_state.snapshot import SnapshotPolicy, Snapshotter
 from pulsar_state.tailer import AppliedWrite, Tailer
 from pulsar_state.topic_names import full_topic_name, snapshot_topic
-from pulsar_state.writer import Writer
 
 __all__ = ["SharedStateManager", "SharedStateManagerBuilder"]
 
@@ -170,9 +179,11 @@ class SharedStateManager(Generic[S, Op]):
                 self._admin.reap_subscriptions(self.topic, self.config.subscription_prefix)
             except PulsarStateError:
                 log.debug("could not reap stale subscriptions on %s", self.topic, exc_info=True)
-        self._executor = ThreadPoolExecutor(
-            max_workers=8, thread_name_prefix=f"pss-read-{self.topic.rsplit('/', 1)[-1]}"
-        )
+        short = self.topic.rsplit("/", 1)[-1]
+        self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"pss-read-{short}")
+        self._callbacks = CallbackThread(f"pss-callbacks-{short}")
+        #: users' listeners -> the wrappers that hand them to the callback thread
+        self._listeners: dict[Callable[[AppliedWrite[Op]], None], Any] = {}
         self._snapshotter = (
             Snapshotter(client, self.topic, snapshots, self.config.max_write_bytes)
             if snapshots is not None
@@ -239,11 +250,11 @@ class SharedStateManager(Generic[S, Op]):
             tailer=self._tailer,
             codec=codec,
             config=self.config,
+            callbacks=self._callbacks,
             compactable=compactable,
             snapshotter=self._snapshotter,
             snapshot_every=snapshots.every_writes if snapshots is not None else 0,
             after_publish=self._maybe_checkpoint if self._checkpointer is not None else None,
-            after_publish_due=self._checkpoint_due if self._checkpointer is not None else None,
             waiting_writers=(
                 functools.partial(self._admin.waiting_producers, self.topic)
                 if self._admin is not None
@@ -288,32 +299,42 @@ class SharedStateManager(Generic[S, Op]):
         self.check_process()
         timeout = timeout_s if timeout_s is not None else self.config.operation_timeout_s
         target = Position.parse(at_least) if at_least is not None else None
+        fut: CallbackFuture[R] = CallbackFuture(self._callbacks)
         if not latest and (target is None or self._tailer.applied.covers(target)):
-            fut: Future[R] = Future()
             try:
-                self._tailer._check_usable()
+                self._tailer.check_usable()
             except BaseException as exc:
                 futures.set_exception(fut, exc)
             else:
                 self._complete_with_read(reader, fut)
             return fut
         if latest and target is None:
-            return self._read_latest(reader, timeout)
-        return self._executor.submit(self._read_after, reader, latest, target, timeout)
+            return self._read_latest(reader, timeout, fut)
+        futures.chain(self._executor.submit(self._read_after, reader, latest, target, timeout), fut)
+        return fut
 
-    def _read_latest(self, reader: Callable[[S], R], timeout: float) -> Future[R]:
+    def _read_latest(
+        self, reader: Callable[[S], R], timeout: float, result: CallbackFuture[R]
+    ) -> Future[R]:
         """Ask the broker for the last position; read once local state covers it.
 
-        No thread of ours blocks: the broker's answer and the tailer's apply
-        complete the future (the common, caught-up case costs one round trip).
+        No thread of ours blocks: the broker's answer (on the client's IO
+        thread, which only hands it to a read thread: no lock of ours is taken
+        there) and the tailer's apply complete the future (the common,
+        caught-up case costs one round trip).
         """
-        result: Future[R] = Future()
 
         def on_last(last: Position | None, error: PulsarStateError | None) -> None:
-            # runs on the client's thread: nothing may escape it
+            # runs on the client's thread: hand over, nothing may escape it
+            try:
+                self._executor.submit(answer, last, error)
+            except BaseException as exc:  # closed meanwhile, or no thread at shutdown
+                futures.set_exception(result, exc)
+
+        def answer(last: Position | None, error: PulsarStateError | None) -> None:
             try:
                 reply(last, error)
-            except BaseException as exc:  # e.g. no timer thread at shutdown
+            except BaseException as exc:
                 futures.set_exception(result, exc)
 
         def reply(last: Position | None, error: PulsarStateError | None) -> None:
@@ -410,10 +431,12 @@ class SharedStateManager(Generic[S, Op]):
     def checkpoint(self) -> Future[Manifest]:
         """Write a checkpoint of the state now (see :mod:`pulsar_state.checkpoint`).
 
-        The state is taken under the state lock; serializing and publishing it
-        run on a thread of their own. While an automatic one is being written,
-        a new one is taken as soon as it ends: the checkpoint returned always
-        covers every write acknowledged before the call.
+        Local state first catches up with the topic (every write acknowledged
+        before the call, to any process, is in it); then the state is taken
+        under the state lock, and serializing and publishing run on a thread of
+        their own. While an automatic one is being written, a new one is taken
+        as soon as it ends: the checkpoint returned always covers every write
+        acknowledged before the call.
 
         Returns:
             A future of the checkpoint's :class:`~pulsar_state.checkpoint_format.Manifest`.
@@ -426,9 +449,21 @@ class SharedStateManager(Generic[S, Op]):
                 could not be published (the map is unaffected).
         """
         self.check_process()
-        checkpointer = self._checkpointer
-        if checkpointer is None:
+        if self._checkpointer is None:
             raise ConfigurationError(f"the state of {self.topic} keeps no checkpoints")
+        result: CallbackFuture[Manifest] = CallbackFuture(self._callbacks)
+        caught_up = self._executor.submit(self._tailer.catch_up, self.config.operation_timeout_s)
+
+        def take(done: Future[Position]) -> None:
+            done.result()  # its error fails ``result``
+            futures.chain(self._checkpoint_caught_up(), result)
+
+        futures.on_done(caught_up, result, take)
+        return result
+
+    def _checkpoint_caught_up(self) -> Future[Manifest]:
+        checkpointer = self._checkpointer
+        assert checkpointer is not None
         with self._tailer.lock:
             running = checkpointer.running
             if running is None:
@@ -439,7 +474,7 @@ class SharedStateManager(Generic[S, Op]):
         def after_running(_done: Future[Manifest | None]) -> None:
             # the running one may predate this call: take a fresh one
             try:
-                futures.chain(self.checkpoint(), result)
+                futures.chain(self._checkpoint_caught_up(), result)
             except BaseException as exc:  # e.g. closed meanwhile
                 futures.set_exception(result, exc)
 
@@ -524,10 +559,27 @@ class SharedStateManager(Generic[S, Op]):
         """The admin client made from ``admin_url`` (``None`` without one)."""
         return self._admin
 
-    def add_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
-        """Call ``listener`` after each applied write (on the tailer thread; keep it short)."""
+    def add_listener(
+        self, listener: Callable[[AppliedWrite[Op]], None], *, inline: bool = False
+    ) -> None:
+        """Call ``listener`` after each applied write, in log order.
+
+        It runs on the manager's callback thread (it may wait on this manager).
+        ``inline=True`` is for recipes built on the manager: the listener runs
+        under the state lock on the applying thread, right after the write is
+        applied, and must only hand the write over (e.g. to a queue).
+        """
         self.check_process()
-        self._tailer.add_listener(listener)
+        if inline:
+            self._tailer.add_listener(listener, inline=True)
+            return
+        callbacks = self._callbacks
+
+        def hand_over(change: AppliedWrite[Op]) -> None:
+            callbacks.submit(listener, change)
+
+        self._listeners[listener] = hand_over
+        self._tailer.add_listener(hand_over)
 
     def remove_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
         """Stop calling ``listener`` (added by :meth:`add_listener`).
@@ -535,7 +587,7 @@ class SharedStateManager(Generic[S, Op]):
         Raises:
             ValueError: if ``listener`` is not registered.
         """
-        self._tailer.remove_listener(listener)
+        self._tailer.remove_listener(self._listeners.pop(listener, listener))
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -562,6 +614,7 @@ class SharedStateManager(Generic[S, Op]):
             self._checkpointer.close()
         self._tailer.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._callbacks.close(timeout_s=5.0)
         if self._admin is not None:
             self._admin.close()
 

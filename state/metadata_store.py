@@ -142,7 +142,7 @@ class MetadataStore(BaseMetadataStore):
             compactable=True,
         )
         self._pending.clear()  # bootstrap's changes are history, not news
-        self.manager.add_listener(self._on_write)
+        self.manager.add_listener(self._on_write, inline=True)
         self.sessions_topic = sessions_topic(self.manager.topic)
         admin_client = self.manager.admin
         assert admin_client is not None

@@ -14,7 +14,8 @@ __all__ = [
     "BOOTSTRAP_SECONDS",
     "FENCES",
     "COMMITTED_ON_ACK",
-    "DIRECT_WRITES",
+    "WRITES_IN_DOUBT",
+    "CALLBACK_ERRORS",
     "TAKEOVERS",
     "TENURES_KEPT",
     "INVALID_MESSAGES",
@@ -47,10 +48,14 @@ COMMITTED_ON_ACK = Counter(
     "Writes completed at the broker's acknowledgement, applied by the writer itself",
     ["topic"],
 )
-DIRECT_WRITES = Counter(
-    "pulsar_state_direct_writes",
-    "Writes published by the submitting thread while the writer was idle (no hand-off)",
+WRITES_IN_DOUBT = Counter(
+    "pulsar_state_writes_in_doubt",
+    "Writes whose publish failed or timed out, settled from the log before anything else",
     ["topic"],
+)
+CALLBACK_ERRORS = Counter(
+    "pulsar_state_callback_errors",
+    "Users' done-callbacks and listeners that raised (logged; the callback thread goes on)",
 )
 TAKEOVERS = Counter(
     "pulsar_state_takeovers",

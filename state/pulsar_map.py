@@ -641,7 +641,7 @@ class PulsarMap(Generic[K, V]):
             )
             with self._watches_lock:
                 self._watches.add(watch)
-            self.manager.add_listener(watch.offer)
+            self.manager.add_listener(watch.offer, inline=True)
             return watch
 
         watch = self.manager.read(register).result(bound)

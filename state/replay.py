@@ -12,6 +12,20 @@ straight from the writer, at the broker's ack (:meth:`LogReplay.apply_own`),
 when its state stands exactly at the writer's previous entry (under PIP-68 no
 other writer can append in between). Those entries are remembered and skipped
 when the topic brings them back, so each write is applied once, in log order.
+
+Completing writes: the writer registers each write it sends
+(:meth:`LogReplay.expect`); whichever thread applies it (the tail, or the
+writer at the ack) takes it off the register under the state lock and queues
+its completion behind every earlier one, and the queue is run in order, outside
+the state lock, by one thread at a time: futures complete and listeners hear
+of writes in the order the writes landed. A write of the register that lands
+stale is reported (:meth:`LogReplay.take_own_stale`). After the writer's new
+epoch marker is applied, the writes still registered never landed
+(:meth:`LogReplay.unlanded`).
+
+Listeners: an *inline* listener runs under the state lock right after its
+write is applied, on the applying thread (it must only hand the write over,
+e.g. to a queue); the others run from the completion queue.
 """
 
 from __future__ import annotations
@@ -153,8 +167,14 @@ class LogReplay(Generic[S, Op]):
         self.stale_keys: dict[str, Position] = {}
         self.stale_writes = 0
         self._listeners: list[Callable[[AppliedWrite[Op]], None]] = []
-        #: the writer's hook: (write ids, position, applied?) after each commit
-        self.on_outcome: Callable[[tuple[str, ...], Position, bool], None] | None = None
+        self._inline_listeners: list[Callable[[AppliedWrite[Op]], None]] = []
+        #: the writer's register: write id -> what to call once it is applied
+        self._expected: dict[str, Callable[[Position], None]] = {}
+        #: a registered write landed stale since the writer last asked
+        self._own_stale = False
+        #: called (outside the lock, any applying thread) when a write lands
+        #: stale or a key is touched by an invalid message: the writer wakes
+        self.on_stale: Callable[[], None] | None = None
         # the write being assembled from the current entry
         self._buf_ops: list[Op] = []
         self._buf_entry: tuple[int, int] | None = None
@@ -168,17 +188,62 @@ class LogReplay(Generic[S, Op]):
         #: skipped when the topic brings them back, forgotten once passed
         self._own_entries: set[tuple[int, int]] = set()
         self._own_order: deque[tuple[int, int]] = deque()
-        #: listener deliveries in log order, whichever thread applied the write
-        self._deliveries: deque[AppliedWrite[Op]] = deque()
+        #: completions and listener deliveries in log order, whichever thread
+        #: applied the write: (on_landed, position) or (None, AppliedWrite)
+        self._deliveries: deque[tuple[Any, Any]] = deque()
         self._delivering = threading.Lock()
         self._m_applied_writes = metrics.APPLIED_WRITES.labels(topic)
         self._m_applied_ops = metrics.APPLIED_OPS.labels(topic)
 
-    def add_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
-        self._listeners.append(listener)
+    def add_listener(
+        self, listener: Callable[[AppliedWrite[Op]], None], *, inline: bool = False
+    ) -> None:
+        """Call ``listener`` after each applied write, in log order; ``inline``:
+        under the state lock, on the applying thread (see the module docstring)."""
+        (self._inline_listeners if inline else self._listeners).append(listener)
 
     def remove_listener(self, listener: Callable[[AppliedWrite[Op]], None]) -> None:
-        self._listeners.remove(listener)
+        """Raises ValueError when ``listener`` was not added."""
+        if listener in self._inline_listeners:
+            self._inline_listeners.remove(listener)
+        else:
+            self._listeners.remove(listener)
+
+    # -- the writer's register ---------------------------------------------------
+
+    def expect(self, write_id: str, on_landed: Callable[[Position], None]) -> None:
+        """Register a write about to be sent: ``on_landed(position)`` runs once
+        it is applied, in landing order, outside the state lock."""
+        with self._cond:
+            self._expected[write_id] = on_landed
+
+    def expecting(self, write_id: str) -> bool:
+        """Whether ``write_id`` is registered and not applied (a racy look, no lock)."""
+        return write_id in self._expected
+
+    def unlanded(self, write_ids: Iterable[str]) -> set[str]:
+        """Of ``write_ids``, those still registered, now taken off the register:
+        called once the writer's new epoch marker is applied, they never landed
+        (or landed stale) and may run again."""
+        with self._cond:
+            out = {w for w in write_ids if w in self._expected}
+            for write_id in out:
+                del self._expected[write_id]
+        return out
+
+    def take_own_stale(self) -> bool:
+        """Whether a registered write landed stale since the last call."""
+        with self._cond:
+            stale, self._own_stale = self._own_stale, False
+        return stale
+
+    def _stale_seen(self) -> None:
+        hook = self.on_stale
+        if hook is not None:
+            try:
+                hook()
+            except Exception:
+                log.exception("stale hook of %s failed", self.topic)
 
     def feed(self, msg: pulsar.Message) -> Position:
         """Take the next message of the topic; its position."""
@@ -226,6 +291,7 @@ class LogReplay(Generic[S, Op]):
             self._invalid("foreign", pos, f"message without {PROP_FORMAT}={FORMAT_VERSION}")
             self._touched_by_invalid([msg.partition_key()], pos)
             self._advance(pos)
+            self._stale_seen()
             return pos
         kind = props.get(PROP_KIND)
         write_id = props.get(PROP_WRITE)
@@ -314,8 +380,9 @@ class LogReplay(Generic[S, Op]):
             )
             self._touched_by_invalid(keys, pos)
             with self._cond:
+                self._note_stale_locked(members)
                 self._advance_locked(pos)
-            self._report(members, pos, applied=False)
+            self._stale_seen()
             return
         stale = True
         with self._cond:
@@ -332,11 +399,12 @@ class LogReplay(Generic[S, Op]):
                 for key in keys:
                     if not key.startswith(RESERVED_PREFIX):
                         self.stale_keys[key] = pos
+                self._note_stale_locked(members)
                 self._advance_locked(pos)
             else:
                 stale = False
         if stale:
-            self._report(members, pos, applied=False)
+            self._stale_seen()
             return
         with self._cond:
             if (pos.ledger, pos.entry) in self._own_entries:
@@ -353,10 +421,12 @@ class LogReplay(Generic[S, Op]):
             else:
                 applied_ops = self._apply_locked(ops, pos, write_id, epoch)
             self._record_locked(members, pos)
-            if applied_ops and self._listeners:
-                change = AppliedWrite(applied_ops, pos, write_id, compacted, publish_ms)
-                self._deliveries.append(change)
-        self._report(members, pos, applied=True)
+            if applied_ops:
+                self._announce_locked(
+                    AppliedWrite(applied_ops, pos, write_id, compacted, publish_ms)
+                )
+        if bad is not None:
+            self._stale_seen()
         self._deliver()
 
     def _apply_locked(
@@ -384,23 +454,49 @@ class LogReplay(Generic[S, Op]):
         return applied_ops
 
     def _record_locked(self, members: tuple[str, ...], pos: Position) -> None:
+        expected = self._expected
         for member in members:
             self._recent[member] = (pos.ledger, pos.entry, pos.batch)
             if len(self._recent) > _RECENT_WRITES:
                 self._recent.popitem(last=False)
+            on_landed = expected.pop(member, None)
+            if on_landed is not None:
+                self._deliveries.append((on_landed, pos))
         self._advance_locked(pos)
 
+    def _note_stale_locked(self, members: tuple[str, ...]) -> None:
+        """Under the lock: a write that landed stale; the writer's, if registered."""
+        if any(member in self._expected for member in members):
+            self._own_stale = True
+
+    def _announce_locked(self, change: AppliedWrite[Op]) -> None:
+        """Under the lock: tell the inline listeners now, queue the others."""
+        for listener in self._inline_listeners:
+            try:
+                listener(change)
+            except Exception:
+                log.exception("inline state listener %r failed", listener)
+        if self._listeners:
+            self._deliveries.append((None, change))
+
     def _deliver(self) -> None:
-        """Hand applied writes to the listeners, one at a time, in log order."""
+        """Run queued completions and listener deliveries, one at a time, in log
+        order (outside the state lock; whichever applying thread comes)."""
         while self._deliveries:
             with self._delivering:
                 try:
-                    change = self._deliveries.popleft()
+                    on_landed, item = self._deliveries.popleft()
                 except IndexError:
                     return
+                if on_landed is not None:
+                    try:
+                        on_landed(item)
+                    except Exception:
+                        log.exception("completing a write of %s failed", self.topic)
+                    continue
                 for listener in list(self._listeners):
                     try:
-                        listener(change)
+                        listener(item)
                     except Exception:
                         log.exception("state listener %r failed", listener)
 
@@ -441,8 +537,8 @@ class LogReplay(Generic[S, Op]):
             self._own_order.append(entry)
             applied_ops = self._apply_locked(decoded, pos, write_id, epoch)
             self._record_locked(members, pos)
-            if applied_ops and self._listeners:
-                self._deliveries.append(AppliedWrite(applied_ops, pos, write_id, False))
+            if applied_ops:
+                self._announce_locked(AppliedWrite(applied_ops, pos, write_id, False))
         self._deliver()
         return True
 
@@ -461,15 +557,6 @@ class LogReplay(Generic[S, Op]):
                 self._buf_last_msg = None
             self.received += 1
             return True
-
-    def _report(self, members: tuple[str, ...], pos: Position, *, applied: bool) -> None:
-        """Tell the writer what became of its writes (applied, or stale: re-run)."""
-        hook = self.on_outcome
-        if members and hook is not None:
-            try:
-                hook(members, pos, applied)
-            except Exception:
-                log.exception("write outcome hook failed")
 
     def _advance(self, pos: Position) -> None:
         with self._cond:

@@ -109,9 +109,18 @@ class Snapshotter(Generic[S]):
         log.info("loaded the snapshot of %s at %s", self._state_topic, position)
         return Snapshot(state, position, epoch)
 
+    def encode(self, state: S) -> bytes:
+        """The snapshot's bytes (call under the state lock: nothing else happens here)."""
+        return self._policy.serialize(state)
+
     def write(self, state: S, position: Position, epoch: int) -> None:
-        """Publish a snapshot (asynchronously; a failure only costs a longer replay)."""
-        data = self._policy.serialize(state)
+        """Encode and publish a snapshot (see :meth:`publish`)."""
+        self.publish(self.encode(state), position, epoch)
+
+    def publish(self, data: bytes, position: Position, epoch: int) -> None:
+        """Publish encoded state (asynchronously; a failure only costs a longer
+        replay). Makes the producer on first use, a blocking client call: never
+        call it holding the state lock."""
         if len(data) > self._max_bytes:
             if not self._too_large_warned:
                 log.warning(

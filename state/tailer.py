@@ -201,7 +201,7 @@ class Tailer(LogReplay[S, Op]):
         retried with backoff for up to ``timeout_s`` (default: the operation
         timeout); a permanent one (closed, not authorized) is raised at once.
         """
-        self._check_usable()
+        self.check_usable()
         deadline = time.monotonic() + (
             self._config.operation_timeout_s if timeout_s is None else timeout_s
         )
@@ -214,7 +214,7 @@ class Tailer(LogReplay[S, Op]):
                     raise OperationTimeoutError(
                         f"could not get the last message id: {exc}"
                     ) from exc
-                self._check_usable()
+                self.check_usable()
                 time.sleep(backoff)
         raise AssertionError("unreachable")
 
@@ -237,7 +237,7 @@ class Tailer(LogReplay[S, Op]):
         with self._cond:
             self._want(target)
             while not self.applied.covers(target):
-                self._check_usable()
+                self.check_usable()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise OperationTimeoutError(
@@ -278,7 +278,7 @@ class Tailer(LogReplay[S, Op]):
         client's thread. Transient failures are retried on a timer within
         ``timeout_s``.
         """
-        self._check_usable()
+        self.check_usable()
         native = getattr(self._consumer, "_consumer", None)
         if native is None or not hasattr(native, "get_last_message_id_async"):
             try:
@@ -331,7 +331,8 @@ class Tailer(LogReplay[S, Op]):
         self.note_lag(target)
         return self.wait_applied(target, max(0.0, deadline - time.monotonic()))
 
-    def _check_usable(self) -> None:
+    def check_usable(self) -> None:
+        """Raise what stopped the tailer, or StateClosedError once closed."""
         if self.failure is not None:
             raise self.failure
         if self._closed:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -197,6 +198,39 @@ class PulsarEndpoint:
 
     def admin(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         return requests.request(method, f"{self.admin_url}{path}", timeout=30, **kwargs)
+
+    def _broker_pids(self) -> list[int]:
+        if self.broker is None:
+            raise RuntimeError(f"cannot pause a {self.kind} broker from the tests")
+        info = self.broker.status()
+        if info is None:
+            raise RuntimeError("the broker is not running")
+        return _process_group(info.pid) or [info.pid]
+
+    def pause(self) -> None:
+        """Freeze the broker (SIGSTOP to its whole process group): what a long
+        GC pause or a stalled disk does. A publish in flight meanwhile gets no
+        ack before its send timeout, yet the broker stores it once it resumes:
+        its outcome is unknown to the client. Only for a standalone the tests
+        started; :meth:`resume` lets it go on."""
+        for pid in self._broker_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused broker go on (SIGCONT)."""
+        for pid in self._broker_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The broker frozen for the ``with`` block (:meth:`pause`)."""
+        self.pause()
+        try:
+            yield
+        finally:
+            self.resume()
 
 
 def pulsar_state_cli(

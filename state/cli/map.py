@@ -43,7 +43,7 @@ from pulsar_state.cli.options import (
     topic_callback,
 )
 from pulsar_state.config import StateConfig
-from pulsar_state.entry_sender import entry_size
+from pulsar_state.core.write.entry_sender import entry_size
 from pulsar_state.map_op import MapCodec, MapOp, apply_map_op
 from pulsar_state.map_watch import ChangeTracker, LogFeed, MapChange, key_matcher
 from pulsar_state.position import Position

@@ -104,6 +104,8 @@ class Workload:
     access_mode: str = "adaptive"
     #: the operations the workers pick from (register_worker.py; default: read, cas, incr)
     ops: tuple[str, ...] = ()
+    #: the workers' StateConfig.send_timeout_s (a broker paused longer leaves writes in doubt)
+    send_timeout_s: float = 15.0
     _procs: dict[int, subprocess.Popen[bytes] | _StartedProcess] = field(default_factory=dict)
     _next_process: int = 0
     _started: float = 0.0
@@ -131,6 +133,7 @@ class Workload:
             "pause_s": self.pause_s,
             "access_mode": self.access_mode,
             "ops": list(self.ops),
+            "send_timeout_s": self.send_timeout_s,
         }
         if self.start_method != "exec":
             ctx = multiprocessing.get_context(self.start_method)

@@ -367,7 +367,6 @@ def test_a_bad_key_from_a_codec_fails_its_own_write_only(
         .with_op_codec(_KeyedCodec())
         .with_database_initializer(dict)
         .with_change_log_applier(lambda s, op: s.__setitem__(*op))
-        .with_config(direct_writes=False)  # every write through the queue
         .build()
     )
     try:

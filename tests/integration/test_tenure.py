@@ -25,7 +25,7 @@ ClientFactory = Callable[[], pulsar.Client]
 
 
 def _acquisitions(m: PulsarMap[Any, Any]) -> int:
-    return int(m.manager._writer._holder._acquisitions)
+    return int(m.manager._writer.tenure._acquisitions)
 
 
 def _count(metric: Any, topic: str) -> float:

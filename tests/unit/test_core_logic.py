@@ -63,10 +63,12 @@ def test_config_is_validated_eagerly() -> None:
         StateConfig(send_timeout_s=0)
     with pytest.raises(TypeError):
         StateConfig("fencing")  # type: ignore[misc]  # keyword-only
-    for switch in ("read_compacted", "ensure_retention", "commit_on_ack", "direct_writes"):
+    for switch in ("read_compacted", "ensure_retention", "commit_on_ack"):
         # a string such as "no" is truthy: it must not silently mean True
         with pytest.raises(ConfigurationError, match=switch):
             StateConfig(**{switch: "no"})  # type: ignore[arg-type]
+    with pytest.warns(DeprecationWarning, match="direct_writes"):
+        StateConfig(direct_writes=False)  # the direct path is gone: a no-op
     assert StateConfig(access_mode="wait").effective_idle_release_s == 0.05
     assert StateConfig().effective_idle_release_s == 0.05  # adaptive queues too
     assert StateConfig(access_mode="fencing").effective_idle_release_s is None

@@ -5,11 +5,11 @@ from __future__ import annotations
 import multiprocessing
 from multiprocessing.connection import Connection
 
-from pulsar_state.write_request import WriteRequest
+from pulsar_state.core.write.request import new_write_id
 
 
 def _write_ids(count: int) -> list[str]:
-    return [WriteRequest(lambda state: None, True).write_id for _ in range(count)]
+    return [new_write_id() for _ in range(count)]
 
 
 def _child(conn: Connection) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pulsar_state import ConfigurationError, StateConfig
-from pulsar_state.takeover import TakeoverLimiter
+from pulsar_state.core.write.takeover import TakeoverLimiter
 
 
 class _Clock:

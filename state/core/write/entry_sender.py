@@ -25,7 +25,7 @@ key.
 from __future__ import annotations
 
 import functools
-import threading
+import queue
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +35,7 @@ import pulsar
 from pulsar_state.position import Position
 from pulsar_state.topic_format import MESSAGE_OVERHEAD_BYTES, OutgoingMessage
 
-__all__ = ["Acks", "PublishFailedError", "entry_size", "send_entry", "send_entry_async"]
+__all__ = ["Acks", "PublishFailedError", "entry_size", "send_entry"]
 
 
 class PublishFailedError(Exception):
@@ -52,35 +52,28 @@ def entry_size(ops: list[tuple[str | None, bytes]]) -> int:
 
 
 class Acks:
-    """Counts down the acks of one entry; remembers the first failure."""
+    """The acknowledgement of one entry (its last message's), handed over
+    without a lock: the client's IO thread only puts it on a queue."""
 
-    def __init__(self, count: int) -> None:
-        self._remaining = count
-        self._done = threading.Event()
-        self.error: object | None = None
-        self.last: Position | None = None
-        self._lock = threading.Lock()
+    def __init__(self) -> None:
+        self._answers: queue.SimpleQueue[tuple[pulsar.Result, pulsar.MessageId]] = (
+            queue.SimpleQueue()
+        )
 
     def callback(self, result: pulsar.Result, msg_id: pulsar.MessageId) -> None:
-        with self._lock:
-            if result != pulsar.Result.Ok:
-                if self.error is None:
-                    self.error = result
-            else:
-                pos = Position.from_message_id(msg_id)
-                if self.last is None or pos > self.last:
-                    self.last = pos
-            self._remaining -= 1
-            if self._remaining <= 0:
-                self._done.set()
+        self._answers.put((result, msg_id))
 
     def wait(self, timeout_s: float) -> Position:
-        """The entry's position once acknowledged; :class:`PublishFailedError` otherwise."""
-        if not self._done.wait(timeout_s):
-            raise PublishFailedError("no acknowledgement in time")
-        if self.error is not None or self.last is None:
-            raise PublishFailedError(self.error)
-        return self.last
+        """The entry's position once acknowledged; :class:`PublishFailedError`
+        when refused, or when no answer came within ``timeout_s`` (the entry
+        may still land: its outcome is unknown)."""
+        try:
+            result, msg_id = self._answers.get(timeout=timeout_s)
+        except queue.Empty:
+            raise PublishFailedError("no acknowledgement in time") from None
+        if result != pulsar.Result.Ok:
+            raise PublishFailedError(result)
+        return Position.from_message_id(msg_id)
 
 
 def _ignore(*_: object) -> None:
@@ -157,30 +150,3 @@ def send_entry(
         _send(producer, messages[-1], acks.callback)
         producer.flush()
     return acks.wait(timeout_s)
-
-
-def send_entry_async(
-    producer: pulsar.Producer,
-    messages: list[OutgoingMessage],
-    on_ack: Callable[[pulsar.Result, pulsar.MessageId], None],
-) -> None:
-    """Send ``messages`` as one entry without waiting for it.
-
-    ``on_ack(result, message_id)`` runs on the client's IO thread once the
-    entry's last message is acknowledged or failed (the send timeout bounds
-    it); for a producer already closed, on the calling thread, before this
-    returns (``AlreadyClosed``: the client does not raise then). It must not
-    raise (an exception escaping it crashes the process) nor block. May raise
-    ``pulsar.PulsarException`` at the call.
-    """
-    if len(messages) == 1:
-        _send(producer, messages[0], on_ack, alone=True)
-        return
-    _send_leading(producer, messages)
-    _send(producer, messages[-1], on_ack)
-    # the wrapper has no flush_async; the entry ends here, without waiting. No
-    # callback (the entry's own ack reports): a Python one cost each direct put
-    # a second call into Python on the IO thread, on the caller's way (~100 us
-    # of process CPU per put); the C++ client checks for an empty one on every
-    # path (ProducerImpl::flushAsync, BatchMessageContainer::createOpSendMsg)
-    _without_callback(producer._producer.flush_async)

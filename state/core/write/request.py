@@ -3,20 +3,24 @@
 A request's ``write_id`` travels with the write on the topic, so after a lost
 tenure the writer can tell a write that landed after all (a timeout that was a
 success) from one that must run again.
+
+Its future is a :class:`~pulsar_state.callback_thread.CallbackFuture`: the log
+replay completes it, in landing order, when it applies the write; the user's
+done-callbacks run on the manager's callback thread.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from pulsar_state import forks
+from pulsar_state.callback_thread import CallbackFuture
 from pulsar_state.position import Position
 
-__all__ = ["WriteFuture", "WriteRequest", "new_write_id"]
+__all__ = ["WriteRequest", "new_write_id"]
 
 S = TypeVar("S")
 Op = TypeVar("Op")
@@ -27,29 +31,13 @@ def new_write_id() -> str:
     return f"{forks.process_id()}-{forks.next_seq()}"
 
 
-class WriteFuture(Future[Position]):
-    """A write's future, which remembers whether done-callbacks were added.
-
-    Callbacks run on the thread that completes the future. The writer's direct
-    path completes a write on the Pulsar client's IO thread, where a callback
-    that waits on the client (a latest read, a write's result) would wait on
-    itself; so a future with callbacks is completed on the writer's thread.
-    """
-
-    has_callbacks = False
-
-    def add_done_callback(self, fn: Callable[[Future[Position]], object]) -> None:
-        self.has_callbacks = True
-        super().add_done_callback(fn)
-
-
 @dataclass(eq=False)
 class WriteRequest(Generic[S, Op]):
     """A generator to run on the caught-up state; ``blind`` if it ignores the state."""
 
     generator: Callable[[S], Any]
     blind: bool
-    future: WriteFuture = field(default_factory=WriteFuture)
+    future: CallbackFuture[Position]
     write_id: str = field(default_factory=new_write_id)
     attempts: int = 0
     submitted: float = field(default_factory=time.monotonic)

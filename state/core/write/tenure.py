@@ -1,4 +1,25 @@
-"""Holding the state topic: gaining the exclusive producer, letting it go.
+"""Holding the state topic: an explicit state machine around the exclusive producer.
+
+States and their named transitions (:class:`TenureState`; any other move is a
+bug and raises)::
+
+    IDLE ----acquire----> ACQUIRING --gained--> HOLDING --release--> RELEASING --> IDLE
+     ^                       |  ^                  |     (IDLE --doubt--> IN_DOUBT too:
+     +------failed-----------+  |                  |      a write of the last tenure
+                                |                  |      landed stale)
+                                |                  doubt (ack failed or timed out,
+                                |                  |      send refused, fenced, or
+    IN_DOUBT ---acquire---------+                  |      an own write landed stale)
+       ^   (failed: IN_DOUBT again)                v
+       +-------------------------------------- IN_DOUBT
+    any --close--> CLOSED
+
+IN_DOUBT means: writes were sent in a tenure that ended without an answer
+for each, so whether they landed is unknown. The only way out is a new
+tenure: its epoch marker, once applied, fences everything of the lost one,
+so that every write sent before it has landed (and is applied) or never will
+(and may run again). The writer settles them then, before it builds anything
+new (:meth:`~pulsar_state.core.write.writer.Writer`).
 
 PIP-68 access modes decide how a writer gains the topic (see
 :class:`~pulsar_state.config.StateConfig`). Gaining it means: create the
@@ -9,12 +30,13 @@ state is the latest, and the marker's position is this writer's fencing epoch.
 ``"adaptive"`` (the default) queues with ``WaitForExclusive``; a holder that
 keeps the topic for a whole operation timeout is frozen, cut off or an orphaned
 producer, and only then is it fenced (``ExclusiveWithFencing``), at most
-``max_takeovers_per_s`` times a second (:mod:`pulsar_state.takeover`).
+``max_takeovers_per_s`` times a second (:mod:`pulsar_state.core.write.takeover`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 import random
 import time
@@ -25,7 +47,8 @@ import pulsar
 
 from pulsar_state import metrics
 from pulsar_state.config import StateConfig
-from pulsar_state.entry_sender import Acks, PublishFailedError, send_entry
+from pulsar_state.core.write.entry_sender import Acks, PublishFailedError, send_entry
+from pulsar_state.core.write.takeover import TakeoverLimiter
 from pulsar_state.errors import (
     FencedError,
     OperationTimeoutError,
@@ -34,10 +57,9 @@ from pulsar_state.errors import (
 )
 from pulsar_state.position import Position
 from pulsar_state.tailer import Tailer
-from pulsar_state.takeover import TakeoverLimiter
 from pulsar_state.topic_format import epoch_message, epoch_of
 
-__all__ = ["TopicHolder"]
+__all__ = ["Tenure", "TenureState", "TenureTransitionError"]
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +83,43 @@ _ASK_TIMEOUT_S = 1.0
 _TAKEOVER_SPREAD_S = 1.0
 
 
-class TopicHolder:
+class TenureState(enum.Enum):
+    """Where the writer stands with the topic (see the module docstring)."""
+
+    IDLE = "idle"
+    ACQUIRING = "acquiring"
+    HOLDING = "holding"
+    IN_DOUBT = "in doubt"
+    RELEASING = "releasing"
+    CLOSED = "closed"
+
+
+#: the allowed moves: (from, to)
+_MOVES = frozenset(
+    {
+        (TenureState.IDLE, TenureState.ACQUIRING),
+        (TenureState.IN_DOUBT, TenureState.ACQUIRING),
+        (TenureState.ACQUIRING, TenureState.HOLDING),
+        (TenureState.ACQUIRING, TenureState.IDLE),
+        (TenureState.ACQUIRING, TenureState.IN_DOUBT),
+        (TenureState.HOLDING, TenureState.IN_DOUBT),
+        (TenureState.IDLE, TenureState.IN_DOUBT),  # a write of the last tenure landed stale
+        (TenureState.HOLDING, TenureState.RELEASING),
+        (TenureState.RELEASING, TenureState.IDLE),
+        *((state, TenureState.CLOSED) for state in TenureState if state is not TenureState.CLOSED),
+    }
+)
+
+
+class TenureTransitionError(AssertionError):
+    """A move the tenure's state machine does not allow: a bug of the writer."""
+
+
+class Tenure:
     """The writer's exclusive producer on one topic, and the tenure it stands for.
 
-    Used by the writer thread only (not thread-safe).
+    Used by the writer thread only (not thread-safe); :attr:`state` may be
+    read from any thread.
     """
 
     def __init__(
@@ -108,6 +163,28 @@ class TopicHolder:
         #: adaptive mode: the holder did not let go within a wait, fence it next
         self._fence_next = False
         self._wait_epoch = 0  # the tailer's epoch when the current wait began
+        self.state = TenureState.IDLE
+        #: the moves made, oldest first (the last 64): what a test or a log shows
+        self.history: list[tuple[TenureState, TenureState]] = []
+
+    def _move(self, to: TenureState) -> None:
+        """Make one move of the state machine (see the module docstring)."""
+        move = (self.state, to)
+        if move not in _MOVES:
+            raise TenureTransitionError(f"tenure of {self._topic}: {move[0].value} -> {to.value}")
+        self.state = to
+        self.history.append(move)
+        del self.history[:-64]
+
+    @property
+    def holding(self) -> bool:
+        """Whether we hold the topic (and may send on :attr:`producer`)."""
+        return self.state is TenureState.HOLDING
+
+    @property
+    def in_doubt(self) -> bool:
+        """Whether writes of a lost tenure wait to be settled by a new one."""
+        return self.state is TenureState.IN_DOUBT
 
     def tenure_over(self, *, busy: bool) -> bool:
         """Queueing modes: we held the topic for ``max_tenure_s`` and are not
@@ -175,6 +252,17 @@ class TopicHolder:
         :class:`PermissionDeniedError` (no produce permission: retrying cannot
         help), :class:`StateClosedError` (``closed()`` became true meanwhile).
         """
+        came_from = self.state
+        self._move(TenureState.ACQUIRING)
+        try:
+            return self._gain(closed)
+        except BaseException:
+            if self.state is TenureState.ACQUIRING:
+                self._drop_producer()
+                self._move(came_from)
+            raise
+
+    def _gain(self, closed: Callable[[], bool]) -> Position:
         if self.losses:  # let the writer that just won make progress
             retry = self._config.retry
             retry.sleep(retry.backoff_s(self.losses))
@@ -199,16 +287,14 @@ class TopicHolder:
             self._acquisitions += 1
             marker = epoch_message(self.writer_id, self._acquisitions, keep=not self._compactable)
             position = send_entry(
-                producer, [marker], Acks(1), timeout_s=self._config.send_timeout_s + 5
+                producer, [marker], Acks(), timeout_s=self._config.send_timeout_s + 5
             )
             self._tailer.wait_applied(position, self._config.operation_timeout_s)
         except (pulsar.PulsarException, PublishFailedError, OperationTimeoutError) as exc:
-            self.lost(exc)
+            self._count_loss(exc)
             raise FencedError(f"lost the topic while gaining it: {exc}") from exc
-        except BaseException:
-            self.release()
-            raise
         self.epoch = epoch_of(position.ledger, position.entry)
+        self._move(TenureState.HOLDING)
         log.debug("writer %s holds %s with epoch %s", self.writer_id, self._topic, self.epoch)
         return position
 
@@ -262,21 +348,39 @@ class TopicHolder:
             metrics.TAKEOVERS.labels(*self._labels).inc()
         return producer
 
-    def lost(self, exc: BaseException) -> None:
-        """A send or the marker failed (fenced, broker gone, timed out), or one of
-        our writes landed stale (:class:`FencedError`: another writer took the
-        topic without our producer hearing of it): let go."""
+    def _count_loss(self, exc: BaseException) -> None:
         fenced = isinstance(exc, pulsar.ProducerFenced | FencedError) or "Fenced" in str(exc)
         self.losses += 1
         if fenced:
             metrics.FENCES.labels(*self._labels).inc()
         log.debug("writer %s lost %s (%s)", self.writer_id, self._topic, exc)
-        self.release()
+
+    def doubt(self, exc: BaseException) -> None:
+        """HOLDING (or IDLE) -> IN_DOUBT: a send or its ack failed (fenced,
+        broker gone, timed out), or one of our writes landed stale
+        (:class:`FencedError`: another writer took the topic without our
+        producer hearing of it). Nothing more goes out on this producer: it is
+        closed."""
+        self._count_loss(exc)
+        self._move(TenureState.IN_DOUBT)
+        self._drop_producer()
 
     def release(self) -> None:
-        """Let the topic go (close the producer, if it is still connected)."""
+        """HOLDING -> RELEASING -> IDLE: let the topic go, every write answered."""
+        self._move(TenureState.RELEASING)
+        self._drop_producer()
+        self._move(TenureState.IDLE)
+
+    def close(self) -> None:
+        """Any state -> CLOSED: let the producer go, for good (idempotent)."""
+        if self.state is not TenureState.CLOSED:
+            self._move(TenureState.CLOSED)
+        self._drop_producer()
+
+    def _drop_producer(self) -> None:
+        """Close the producer, if it is still connected (a fenced one is closed
+        by the broker already)."""
         producer, self.producer, self.epoch = self.producer, None, None
         if producer is not None and producer.is_connected():
-            # a fenced producer is closed by the broker already
             with contextlib.suppress(pulsar.PulsarException):
                 producer.close()

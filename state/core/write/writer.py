@@ -1,0 +1,700 @@
+"""The writer: the one thread that orders, groups, builds and sends writes.
+
+The write path is one-way (docs/state.md, *The write path*):
+
+1. **The call** (any thread) validates, wraps the generator in a
+   :class:`~pulsar_state.core.write.request.WriteRequest` and puts it on the
+   writer's inbox. It never sends and never takes the state lock.
+2. **The writer thread** (this module) owns the inbox, the tenure (the
+   exclusive producer, :mod:`~pulsar_state.core.write.tenure`) and every
+   write sent until it is settled. It takes requests in order, groups the
+   blind ones that queued together (group commit), runs each generator on the
+   latest state, registers the writes with the log replay, and sends them as
+   one entry, then waits for that entry's acknowledgement before it builds
+   anything else. One entry is in flight at a time.
+3. **The client's IO thread** only hands the acknowledgement over (a queue
+   put; no lock of ours).
+4. **The log replay** applies the entry - at its acknowledgement, by the
+   writer (commit on ack, when nothing can lie in between), or when the tail
+   brings it back - and completes the writes' futures in the order the writes
+   landed. Users' callbacks run on the manager's callback thread.
+
+A publish that fails or whose acknowledgement does not come in time leaves
+its writes *in doubt*: they may have landed or not. The tenure moves to
+IN_DOUBT, its producer is closed, and nothing else is built or sent until a
+new tenure's epoch marker is applied: every write sent before it has then
+landed (the replay completed it) or never will, and only those are run again,
+at the front of the queue, in their order (PIP-137: a generator "may be
+executed multiple times, until the operation succeeds"). A write whose retry
+budget (``StateConfig.retry``) is spent fails with
+:class:`~pulsar_state.errors.WriteFailedError` (or ``FencedError``).
+
+A write of ours that lands stale (after another writer's epoch marker: the
+topic was taken over without our producer hearing of it) is skipped by every
+reader; the replay wakes the writer, which treats it as in doubt.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import pulsar
+
+from pulsar_state import forks, futures, metrics
+from pulsar_state.callback_thread import CallbackFuture, CallbackThread
+from pulsar_state.config import StateConfig
+from pulsar_state.core.write.entry_sender import Acks, PublishFailedError, entry_size, send_entry
+from pulsar_state.core.write.request import WriteRequest
+from pulsar_state.core.write.tenure import Tenure, TenureState
+from pulsar_state.errors import (
+    FencedError,
+    OperationTimeoutError,
+    PermissionDeniedError,
+    PulsarStateError,
+    StateClosedError,
+    TooManyOpsError,
+    ValueTooLargeError,
+    WriteFailedError,
+)
+from pulsar_state.op_codec import OpCodec
+from pulsar_state.position import Position
+from pulsar_state.replay import OwnEntry
+from pulsar_state.snapshot import Snapshotter
+from pulsar_state.tailer import Tailer
+from pulsar_state.topic_format import (
+    PROP_WRITE,
+    OutgoingMessage,
+    check_op_key,
+    commit_message,
+    op_messages,
+    write_message,
+)
+
+__all__ = ["Writer"]
+
+log = logging.getLogger(__name__)
+
+S = TypeVar("S")
+Op = TypeVar("Op")
+
+#: wakes the writer thread without a request (a stale write was seen)
+_WAKE = object()
+#: the last item of the inbox: the manager closes
+_CLOSE = object()
+#: writes remembered as sent, beyond which the settled ones are forgotten
+_UNSETTLED_TRIM = 256
+
+
+def _closed_error() -> StateClosedError:
+    return StateClosedError("the state manager is closed")
+
+
+class _NotCaughtUpError(Exception):
+    """The writer could not catch up before running a generator (nothing sent)."""
+
+    def __init__(self, cause: OperationTimeoutError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class _StaleTenureError(Exception):
+    """A write of ours landed stale: the tenure is lost (nothing sent)."""
+
+
+class Writer(Generic[S, Op]):
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        client: pulsar.Client,
+        topic: str,
+        tailer: Tailer[S, Op],
+        codec: OpCodec[Op],
+        config: StateConfig,
+        callbacks: CallbackThread,
+        compactable: bool = False,
+        snapshotter: Snapshotter[S] | None = None,
+        snapshot_every: int = 0,
+        after_publish: Callable[[], None] | None = None,
+        waiting_writers: Callable[..., int] | None = None,
+    ) -> None:
+        self._topic = topic
+        self._tailer = tailer
+        self._codec = codec
+        self._config = config
+        self._callbacks = callbacks
+        self._compactable = compactable
+        self._snapshotter = snapshotter
+        self._snapshot_every = snapshot_every
+        self._snapshot_at = tailer.applied_writes
+        #: called on the writer thread after publishing, while holding the
+        #: topic (checkpoints); it must not hold the state lock across a
+        #: blocking client call
+        self._after_publish = after_publish
+        self.writer_id = uuid.uuid4().hex[:12]
+        self._tenure = Tenure(
+            client=client,
+            topic=topic,
+            tailer=tailer,
+            config=config,
+            writer_id=self.writer_id,
+            compactable=compactable,
+            waiting_writers=waiting_writers,
+        )
+        # -- the inbox: the only way in (any thread) --------------------------
+        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._submit_lock = threading.Lock()  # orders submits against close
+        self._closed = False
+        # -- the writer thread's own ------------------------------------------
+        #: requests to take before the inbox's: re-runs and unsent group members
+        self._front: collections.deque[WriteRequest[S, Op]] = collections.deque()
+        #: writes sent (in this tenure or a lost one) and not known to be settled
+        self._unsettled: collections.deque[WriteRequest[S, Op]] = collections.deque()
+        #: our last acknowledged entry, or the epoch marker (this tenure)
+        self._last_sent: Position | None = None
+        self._repairing = False
+        #: the replay saw a stale write since the writer last looked
+        self._stale_seen = False
+        self._m_writes = metrics.WRITES.labels(topic)
+        self._m_write_seconds = metrics.WRITE_SECONDS.labels(topic)
+        self._m_committed_on_ack = metrics.COMMITTED_ON_ACK.labels(topic)
+        self._m_in_doubt = metrics.WRITES_IN_DOUBT.labels(topic)
+        self._m_retries = metrics.WRITE_RETRIES.labels(topic)
+        tailer.on_stale = self._wake
+        self._thread = threading.Thread(
+            target=self._run, name=f"pss-writer-{topic.rsplit('/', 1)[-1]}", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def epoch(self) -> int | None:
+        """The fencing epoch while this writer holds the topic, else ``None``."""
+        return self._tenure.epoch
+
+    @property
+    def tenure(self) -> Tenure:
+        """The tenure's state machine (read its ``state`` and ``history``)."""
+        return self._tenure
+
+    @property
+    def thread(self) -> threading.Thread:
+        """The writer thread."""
+        return self._thread
+
+    # -- the call (any thread) --------------------------------------------------
+
+    def submit(
+        self, generator: Callable[[S], Any], *, blind: bool = False
+    ) -> CallbackFuture[Position]:
+        """Queue a write; its future completes once it is applied locally.
+
+        Raises:
+            StateClosedError: once :meth:`close` began (nothing is queued).
+        """
+        request: WriteRequest[S, Op] = WriteRequest(
+            generator, blind, CallbackFuture(self._callbacks)
+        )
+        with self._submit_lock:
+            if self._closed:
+                raise _closed_error()
+            self._inbox.put(request)
+        return request.future
+
+    def close(self) -> None:
+        """Stop taking writes, fail what is queued, let the topic go (idempotent).
+
+        Every write submitted before completes: applied, or failed with
+        StateClosedError (a write in doubt says it may have landed).
+        """
+        with self._submit_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._inbox.put(_CLOSE)  # nothing can be queued behind it
+        if threading.current_thread() is not self._thread:
+            self._thread.join(self._config.operation_timeout_s + self._config.send_timeout_s + 5)
+            if self._thread.is_alive():
+                log.warning("the writer of %s is still busy; it stops on its own", self._topic)
+
+    def _wake(self) -> None:
+        """The replay saw a stale write (an applying thread; a flag and a queue put)."""
+        self._stale_seen = True
+        self._inbox.put(_WAKE)
+
+    # -- the writer thread ------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # a bug: nothing may be left pending
+            log.exception("the writer of %s stopped", self._topic)
+            self._fail_all(PulsarStateError(f"the writer stopped: {exc!r}"))
+        finally:
+            with contextlib.suppress(Exception):
+                self._tenure.close()
+            if self._snapshotter is not None:
+                self._snapshotter.close()
+
+    def _loop(self) -> None:
+        while True:
+            self._notice_stale()
+            if self._tenure.in_doubt and not self._closed:
+                self._settle()
+                continue
+            if self._stale_seen:  # repair at once: compaction would keep the stale value
+                self._stale_seen = False
+                if self._tailer.stale_keys and not self._repairing:
+                    self._repair()
+            request = self._next()
+            if request is _CLOSE:
+                self._shutdown()
+                return
+            if request is None:  # idle (or woken)
+                self._idle()
+                continue
+            self._process(self._group(request))
+
+    def _next(self) -> Any:
+        """The next request, ``None`` when idle for the release interval or
+        woken, or ``_CLOSE``."""
+        if self._front:
+            return self._front.popleft()
+        holding = self._tenure.holding
+        if holding:
+            self._tenure.keep_if_alone()  # may ask the broker (a bounded call)
+        idle = self._config.effective_idle_release_s if holding else None
+        try:
+            item = self._inbox.get(timeout=idle)
+        except queue.Empty:
+            return None
+        return None if item is _WAKE else item
+
+    def _group(self, first: WriteRequest[S, Op]) -> list[WriteRequest[S, Op]]:
+        """``first`` and the blind writes queued right behind it (group commit)."""
+        group = [first]
+        if not first.blind:
+            return group
+        while len(group) < 1000:
+            if self._front:
+                if not self._front[0].blind:
+                    break
+                group.append(self._front.popleft())
+                continue
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if item is _WAKE:
+                continue
+            if item is _CLOSE or not item.blind:
+                self._front.append(item)  # _CLOSE stays last: nothing follows it
+                break
+            group.append(item)
+        return group
+
+    def _idle(self) -> None:
+        """Nothing queued for the idle interval: let the topic go (queueing
+        modes, so that waiting writers get their turn)."""
+        if (
+            self._tenure.holding
+            and self._config.effective_idle_release_s is not None
+            and not self._front
+        ):
+            self._tenure.release()
+
+    def _notice_stale(self) -> None:
+        """A write of ours landed stale: whatever we hold is lost."""
+        if not self._tailer.take_own_stale():
+            return
+        stale = FencedError("a write landed stale: another writer holds the topic")
+        if self._tenure.state in (TenureState.HOLDING, TenureState.IDLE):
+            self._tenure.doubt(stale)
+
+    # -- holding the topic, settling what is in doubt ---------------------------
+
+    def _acquire(self) -> list[WriteRequest[S, Op]]:
+        """Gain the topic (IDLE or IN_DOUBT -> HOLDING); the writes of earlier
+        tenures that did not land, to run again first, in their order.
+
+        Once our epoch marker is applied, nothing of an earlier tenure can be
+        applied any more, and every earlier write of ours that landed has been
+        applied (its future completed by the replay). The others never landed
+        or landed stale: they run again, unless their budget is spent.
+        """
+        if self._closed:
+            raise _closed_error()
+        self._last_sent = self._tenure.acquire(closed=lambda: self._closed)
+        unlanded = self._tailer.unlanded([r.write_id for r in self._unsettled])
+        rerun = [r for r in self._unsettled if r.write_id in unlanded]
+        self._unsettled.clear()
+        if rerun:
+            self._m_retries.inc(len(rerun))
+        if self._tailer.stale_keys and not self._repairing:
+            self._repair()
+        return [r for r in rerun if not self._give_up(r, FencedError("lost the topic each time"))]
+
+    def _settle(self) -> None:
+        """IN_DOUBT: a new tenure settles the writes of the lost one."""
+        try:
+            rerun = self._acquire()
+        except PulsarStateError as exc:
+            for request in list(self._unsettled):
+                if self._give_up(request, exc):
+                    self._unsettled.remove(request)
+                    self._tailer.unlanded([request.write_id])  # not expected any more
+            return
+        self._front.extendleft(reversed(rerun))
+
+    def _give_up(self, request: WriteRequest[S, Op], exc: BaseException) -> bool:
+        """Fail ``request`` if retrying cannot help or its budget is spent."""
+        if isinstance(exc, PermissionDeniedError | StateClosedError):
+            futures.set_exception(request.future, exc)
+            return True
+        if not self._config.retry.exhausted(max(request.attempts, 1), request.submitted):
+            return False
+        message = f"gave up after {request.attempts} attempts: {exc}"
+        if isinstance(exc, FencedError):
+            futures.set_exception(request.future, FencedError(message))
+        else:
+            futures.set_exception(
+                request.future, WriteFailedError(message, attempts=request.attempts)
+            )
+        return True
+
+    def _retry_later(self, requests: list[WriteRequest[S, Op]], exc: BaseException) -> None:
+        """Nothing of ``requests`` was sent: to the front again, unless given up."""
+        keep = [r for r in requests if not r.future.done() and not self._give_up(r, exc)]
+        if keep:
+            self._m_retries.inc(len(keep))
+            self._front.extendleft(reversed(keep))
+
+    # -- building and sending ---------------------------------------------------
+
+    def _process(self, group: list[WriteRequest[S, Op]]) -> None:
+        tenure = self._tenure
+        if tenure.holding and tenure.tenure_over(busy=False):
+            tenure.keep_if_alone()  # (the writer thread slept through the window)
+            if tenure.tenure_over(busy=False):
+                tenure.release()  # writers queued behind us go first; we queue again
+        if not tenure.holding:
+            try:
+                rerun = self._acquire()
+            except PulsarStateError as exc:
+                for request in group:
+                    request.attempts += 1
+                self._retry_later(group, exc)
+                return
+            if rerun:  # the writes of the lost tenure go first, in their order
+                self._front.extendleft(reversed([*rerun, *group]))
+                return
+        ops: list[tuple[str | None, bytes]] = []
+        members: list[WriteRequest[S, Op]] = []
+        size = 0
+        for index, request in enumerate(group):
+            if not request.start():  # cancelled while queued: not written
+                continue
+            request.attempts += 1
+            try:
+                built = self._build(request)
+            except _StaleTenureError:
+                tenure.doubt(FencedError("a write landed stale: another writer holds the topic"))
+                self._unsend([*members, *group[index:]])
+                return
+            except _NotCaughtUpError as exc:  # nothing was sent: try again later
+                self._retry_later([request], exc.cause)
+                continue
+            except BaseException as exc:
+                futures.set_exception(request.future, exc)
+                continue
+            if built is None:  # nothing to write
+                futures.set_result(request.future, self._tailer.applied)
+                continue
+            batch, batch_size = built
+            if members and (
+                size + batch_size > self._config.max_write_bytes
+                or len(ops) + len(batch) > self._config.max_ops_per_write
+            ):
+                if not self._send(members, ops):  # in doubt: the rest was not sent
+                    self._unsend(group[index:])
+                    return
+                ops, members, size = [], [], 0
+            ops.extend(batch)
+            members.append(request)
+            size += batch_size
+        if members:
+            self._send(members, ops)
+
+    def _unsend(self, requests: list[WriteRequest[S, Op]]) -> None:
+        """Built but not sent: to the front again (their generators run again)."""
+        self._front.extendleft(reversed([r for r in requests if not r.future.done()]))
+
+    def _build(
+        self, request: WriteRequest[S, Op]
+    ) -> tuple[list[tuple[str | None, bytes]], int] | None:
+        """Run the generator on the latest state; the write's (key, payload)s and
+        their size, or None.
+
+        A generator that writes runs on local state once our own last write is
+        applied: while we hold the topic nobody else can append, and if another
+        writer took it over silently, our write lands after its epoch marker and
+        is skipped as stale by every reader, then re-run (log-level fencing), so
+        a write is never decided on stale state. A decision *not* to write (a
+        failed compare-and-set, ``put_if_absent`` on a present key, an error)
+        has no such safety net: it is only taken after catching up with the
+        topic itself, one ``get_last_message_id`` round trip.
+        """
+        if request.blind:  # it promised to ignore the state: no lock, no waiting
+            return self._encode(self._generate(request, locked=False))
+        timeout = self._config.operation_timeout_s
+        try:
+            if self._last_sent is not None:
+                self._tailer.wait_applied(self._last_sent, timeout)
+        except OperationTimeoutError as exc:
+            raise _NotCaughtUpError(exc) from exc
+        if self._tailer.take_own_stale():
+            raise _StaleTenureError
+        try:
+            ops = self._generate(request)
+        except Exception:  # decided on possibly stale state: decide again, caught up
+            ops = None
+        if ops:
+            return self._encode(ops)
+        try:
+            self._tailer.catch_up(timeout)
+        except OperationTimeoutError as exc:
+            raise _NotCaughtUpError(exc) from exc
+        if self._tailer.take_own_stale():
+            raise _StaleTenureError
+        return self._encode(self._generate(request))
+
+    def _generate(self, request: WriteRequest[S, Op], *, locked: bool = True) -> list[Op] | None:
+        with self._tailer.lock if locked else contextlib.nullcontext():
+            ops = request.generator(self._tailer.state)
+        return None if ops is None else list(ops)
+
+    def _encode(self, ops: list[Op] | None) -> tuple[list[tuple[str | None, bytes]], int] | None:
+        """The write's messages' (key, payload)s: every check that could refuse
+        one op is made here, so that it fails this write only, never its group."""
+        if not ops:
+            return None
+        if len(ops) > self._config.max_ops_per_write:
+            raise TooManyOpsError(len(ops), self._config.max_ops_per_write)
+        out = [self._codec.encode(op) for op in ops]
+        for key, payload in out:
+            if key is not None:
+                check_op_key(key, payload)
+            elif not payload:
+                raise ValueError(
+                    "an op without a key must not serialize to empty bytes: the topic "
+                    "could not tell it from a compacted-out slot"
+                )
+        size = entry_size(out)
+        if size > self._config.max_write_bytes:
+            raise ValueTooLargeError(size, self._config.max_write_bytes)
+        return out, size
+
+    def _send(
+        self, members: list[WriteRequest[S, Op]], ops: list[tuple[str | None, bytes]]
+    ) -> bool:
+        """Send the members' ops as one entry and wait for its acknowledgement;
+        ``False``: the entry is in doubt (the tenure is IN_DOUBT, nothing more
+        goes out before it is settled)."""
+        tenure = self._tenure
+        producer, epoch = tenure.producer, tenure.epoch
+        if producer is None or epoch is None:  # a bug: the caller checked
+            raise AssertionError(f"sending without holding the topic ({tenure.state})")
+        messages = self._entry(members, ops, epoch)
+        for request in members:
+            self._tailer.expect(request.write_id, functools.partial(self._landed, request))
+        self._unsettled.extend(members)
+        try:
+            landed = send_entry(
+                producer, messages, Acks(), timeout_s=self._config.send_timeout_s + 5
+            )
+        except (pulsar.PulsarException, PublishFailedError) as exc:
+            # it may still land: settled by the next tenure (see _acquire)
+            log.info(
+                "%d writes to %s in doubt (%s); settling them from the log",
+                len(members),
+                self._topic,
+                exc,
+            )
+            self._m_in_doubt.inc(len(members))
+            tenure.doubt(exc)
+            return False
+        previous, self._last_sent = self._last_sent, landed
+        tenure.losses = 0
+        self._m_writes.inc(len(members))
+        if (
+            self._config.commit_on_ack
+            and previous is not None
+            and self._tailer.apply_own(
+                self._own_entry(members, messages, epoch), landed, after=previous
+            )
+        ):
+            self._m_committed_on_ack.inc(len(members))
+        self._trim_unsettled()
+        self._housekeeping()
+        return True
+
+    def _entry(
+        self, members: list[WriteRequest[S, Op]], ops: list[tuple[str | None, bytes]], epoch: int
+    ) -> list[OutgoingMessage]:
+        """The messages of one entry."""
+        if len(members) == 1 and len(ops) == 1 and ops[0][1]:
+            # the commonest write (a put): one self-committing message
+            key, payload = ops[0]
+            return [write_message(members[0].write_id, key, payload, epoch)]
+        group_id = f"{self.writer_id}-g{forks.next_seq()}"
+        messages = op_messages(group_id, ops, epoch)
+        messages.append(
+            commit_message(
+                group_id,
+                len(ops),
+                epoch,
+                keep=not self._compactable,
+                members=[r.write_id for r in members],
+            )
+        )
+        return messages
+
+    def _own_entry(
+        self, members: list[WriteRequest[S, Op]], messages: list[OutgoingMessage], epoch: int
+    ) -> OwnEntry[Op]:
+        """The entry as :meth:`~pulsar_state.replay.LogReplay.apply_own` takes it:
+        the ops as every reader decodes them (by their message keys)."""
+        op_msgs = messages if len(messages) == 1 else messages[:-1]
+        return OwnEntry(
+            [(m.key, m.payload) for m in op_msgs],
+            write_id=messages[-1].properties.get(PROP_WRITE, ""),
+            members=tuple(r.write_id for r in members),
+            epoch=epoch,
+        )
+
+    def _landed(self, request: WriteRequest[S, Op], position: Position) -> None:
+        """The replay applied ``request``'s write at ``position`` (in landing order)."""
+        if futures.set_result(request.future, position):
+            self._m_write_seconds.observe(time.monotonic() - request.submitted)
+
+    def _trim_unsettled(self) -> None:
+        """Forget the oldest sent writes that are applied (a cheap look, no lock)."""
+        unsettled = self._unsettled
+        if len(unsettled) < _UNSETTLED_TRIM:
+            return
+        expecting = self._tailer.expecting
+        while unsettled and not expecting(unsettled[0].write_id):
+            unsettled.popleft()
+
+    # -- housekeeping (writer thread, after a publish) ---------------------------
+
+    def _housekeeping(self) -> None:
+        """Repairs, snapshots, checkpoints: never holding the state lock across
+        a blocking client call."""
+        if self._tailer.stale_keys and not self._repairing:
+            self._repair()
+        self._maybe_snapshot()
+        if self._after_publish is not None and self._tenure.holding:
+            try:
+                self._after_publish()
+            except Exception:  # an optimisation (a checkpoint): never fail a write for it
+                log.exception("after-publish hook of %s failed", self._topic)
+
+    def _maybe_snapshot(self) -> None:
+        snapshotter = self._snapshotter
+        if snapshotter is None:
+            return
+        tailer = self._tailer
+        if tailer.applied_writes - self._snapshot_at < self._snapshot_every:
+            return
+        try:
+            with tailer.lock:  # the state as applied now: only encoded here
+                self._snapshot_at = tailer.applied_writes
+                data = snapshotter.encode(tailer.state)
+                position, epoch = tailer.applied, tailer.epoch
+            snapshotter.publish(data, position, epoch)  # may make its producer: unlocked
+        except Exception:  # a snapshot is an optimisation: never fail a write for it
+            log.exception("snapshot of %s failed", self._topic)
+
+    def _repair(self) -> None:
+        """Re-assert the current value of keys a stale write touched (see
+        topic_format), at once: compaction would otherwise keep the stale value
+        as the key's last one."""
+        repair = getattr(self._codec, "repair", None)
+        if repair is None:
+            return
+        with self._tailer.lock:
+            keys = dict(self._tailer.stale_keys)
+        if not keys:
+            return
+        self._repairing = True
+        request: WriteRequest[S, Op] = WriteRequest(
+            lambda state: repair(state, set(keys)), False, CallbackFuture(self._callbacks)
+        )
+        log.info("repairing %d keys a stale write touched on %s", len(keys), self._topic)
+
+        def repaired(done: Any) -> None:
+            self._repairing = False
+            if done.exception() is None:
+                self._tailer.repaired(keys, done.result())
+            else:
+                log.warning("repair of %s failed: %s", self._topic, done.exception())
+
+        request.future.add_inline_callback(repaired)
+        self._front.appendleft(request)
+
+    # -- the end ------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        """``close()`` was called: fail what is queued, settle what was sent."""
+        leftovers: list[WriteRequest[S, Op]] = list(self._front)
+        self._front.clear()
+        while True:
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, WriteRequest):
+                leftovers.append(item)
+        for request in leftovers:
+            futures.set_exception(request.future, _closed_error())
+        # writes acknowledged are in the log: let the replay apply them
+        if self._last_sent is not None and self._unsettled and not self._tenure.in_doubt:
+            with contextlib.suppress(PulsarStateError):
+                self._tailer.wait_applied(self._last_sent, self._config.send_timeout_s)
+        unlanded = self._tailer.unlanded([r.write_id for r in self._unsettled])
+        for request in self._unsettled:
+            if request.write_id in unlanded:
+                futures.set_exception(
+                    request.future,
+                    StateClosedError(
+                        "the state manager closed before this write was settled: it may "
+                        "have landed (read it back to know)"
+                    ),
+                )
+        self._unsettled.clear()
+        self._tenure.close()
+
+    def _fail_all(self, exc: BaseException) -> None:
+        with self._submit_lock:
+            self._closed = True
+        requests = [*self._front, *self._unsettled]
+        while True:
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, WriteRequest):
+                requests.append(item)
+        self._tailer.unlanded([r.write_id for r in requests])
+        for request in requests:
+            futures.set_exception(request.future, exc)
