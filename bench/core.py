@@ -205,13 +205,6 @@ def main() -> None:
         True,
         reference_name="commit_on_ack=False",
     )
-    direct = Comparison(
-        "sync put: sent by the caller (direct) vs by the writer thread",
-        "ops/s",
-        "(context)",
-        True,
-        reference_name="direct_writes=False",
-    )
     cpu = Comparison(
         "process CPU per sync put vs per producer.send",
         "µs",
@@ -225,7 +218,6 @@ def main() -> None:
         sync_p99,
         cpu,
         on_ack,
-        direct,
         many,
         latest,
         round_trip,
@@ -258,7 +250,6 @@ def main() -> None:
                     cpu.ours.append((time.process_time() - cpu_start) / args.sync_ops * 1e6)
                     round_trip.ours.append(sync.ours[-1])
                     on_ack.ours.append(sync.ours[-1])
-                    direct.ours.append(sync.ours[-1])
                     sync_p50.ours.append(_percentile_us(put_latencies, 0.5))
                     sync_p99.ours.append(_percentile_us(put_latencies, 0.99))
 
@@ -279,11 +270,6 @@ def main() -> None:
                 on_ack.reference.append(
                     _sync_puts_per_s(
                         client, admin_url, "map-tail", StateConfig(commit_on_ack=False), args
-                    )
-                )
-                direct.reference.append(
-                    _sync_puts_per_s(
-                        client, admin_url, "map-queued", StateConfig(direct_writes=False), args
                     )
                 )
                 raw_topic = _topic("raw")
@@ -369,8 +355,8 @@ follows the writer's previous one, the writer applying it to its own state
 reference (higher is better); latency ratios are ours / reference (lower is
 better); p50 and p99 are per put and per send within each round. "Completed at
 the ack vs on the tail" compares the default with `commit_on_ack=False` in the
-same round; "sent by the caller (direct) vs by the writer thread" compares it
-with `direct_writes=False` (every put handed to the writer's thread and back).
+same round. Every put is handed to the writer's thread, which sends it and
+waits for its ack (the one-way write path of docs/state.md).
 "Process CPU" is the client process's CPU time (all its threads: the caller,
 the Pulsar client's IO thread, our writer and tailer) per put or send: on a
 2-core machine that also runs the broker, the put's extra CPU is what keeps it

@@ -34,6 +34,7 @@ from pulsar_state.errors import (
     ValueTooLargeError,
     WatchOverflowError,
     WriteFailedError,
+    WriteInDoubtError,
 )
 from pulsar_state.manager import SharedStateManager, SharedStateManagerBuilder
 from pulsar_state.map_watch import MapChange, MapWatch
@@ -108,6 +109,7 @@ __all__ = [
     "AdminUnreachableError",
     "FencedError",
     "WriteFailedError",
+    "WriteInDoubtError",
     "OperationTimeoutError",
     "PermissionDeniedError",
     "ValueTooLargeError",

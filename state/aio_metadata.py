@@ -39,7 +39,7 @@ class AsyncMetadataStore:
         """
         return await wrap(self.sync.get(path, latest))
 
-    async def get_children(self, path: str) -> list[str]:
+    async def get_children(self, path: str, latest: bool = False) -> list[str]:
         """The names of ``path``'s children (:meth:`BaseMetadataStore.get_children`, awaited).
 
         Returns:
@@ -50,7 +50,7 @@ class AsyncMetadataStore:
             StateClosedError, OperationTimeoutError, ForkedProcessError: as
                 :meth:`BaseMetadataStore.get_children` and its future fail, raised by the await.
         """
-        return await wrap(self.sync.get_children(path))
+        return await wrap(self.sync.get_children(path, latest))
 
     async def exists(self, path: str) -> bool:
         """Whether a node is at ``path`` (:meth:`BaseMetadataStore.exists`, awaited).
@@ -187,7 +187,7 @@ class AsyncCoordinationService(Generic[T]):
         """
         return await wrap(self.sync.acquire_lock(path, content))
 
-    async def read_lock(self, path: str) -> T | None:
+    async def read_lock(self, path: str, *, latest: bool = True) -> T | None:
         """The content of the lock at ``path`` (:meth:`CoordinationService.read_lock`, awaited).
 
         Returns:
@@ -197,9 +197,9 @@ class AsyncCoordinationService(Generic[T]):
             TypeError, ValueError: for a path that is not a valid metadata path.
             StateClosedError: once the store is closed.
         """
-        return await wrap(self.sync.read_lock(path))
+        return await wrap(self.sync.read_lock(path, latest=latest))
 
-    async def list_locks(self, path: str) -> list[str]:
+    async def list_locks(self, path: str, *, latest: bool = True) -> list[str]:
         """The locks held under ``path`` (:meth:`CoordinationService.list_locks`, awaited).
 
         Returns:
@@ -209,7 +209,7 @@ class AsyncCoordinationService(Generic[T]):
             TypeError, ValueError: for a path that is not a valid metadata path.
             StateClosedError: once the store is closed.
         """
-        return await wrap(self.sync.list_locks(path))
+        return await wrap(self.sync.list_locks(path, latest=latest))
 
     async def become_leader(self, path: str, content: T) -> ResourceLock[T]:
         """Wait until elected (:meth:`CoordinationService.become_leader`, awaited).

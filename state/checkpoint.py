@@ -43,7 +43,7 @@ from typing import Any
 
 import pulsar
 
-from pulsar_state import futures, metrics
+from pulsar_state import forks, futures, metrics
 from pulsar_state.admin import PulsarAdmin, entries_compacted_after
 from pulsar_state.checkpoint_format import (
     CHUNK_KIND,
@@ -159,7 +159,9 @@ def _bad(state_topic: str, what: str) -> None:
 
 def _last_message(client: pulsar.Client, topic: str, timeout_ms: int) -> pulsar.Message | None:
     """The last message of ``topic``, or ``None`` (empty)."""
-    reader = client.create_reader(topic, pulsar.MessageId.latest, start_message_id_inclusive=True)
+    reader = forks.keep_in_children(
+        client.create_reader(topic, pulsar.MessageId.latest, start_message_id_inclusive=True)
+    )
     try:
         if not reader.has_message_available():
             return None
@@ -191,7 +193,9 @@ def find_manifest(
     if previous is None:  # the first checkpoint was cut short
         return None
     at = Position.parse(previous)
-    reader = client.create_reader(topic, _message_id(at), start_message_id_inclusive=True)
+    reader = forks.keep_in_children(
+        client.create_reader(topic, _message_id(at), start_message_id_inclusive=True)
+    )
     try:
         msg = reader.read_next(timeout_millis=timeout_ms)
     finally:
@@ -228,8 +232,8 @@ def anchor_exists(
     belongs to this incarnation of the topic)."""
     if position.is_start:
         return True
-    reader = client.create_reader(
-        state_topic, _message_id(position), start_message_id_inclusive=True
+    reader = forks.keep_in_children(
+        client.create_reader(state_topic, _message_id(position), start_message_id_inclusive=True)
     )
     try:
         if not reader.has_message_available():  # e.g. a re-created, still empty topic
@@ -281,11 +285,13 @@ def read_chunks(
         return
     topic = checkpoint_topic(state_topic)
     last = manifest.chunks[wanted[-1]]
-    reader = client.create_reader(
-        topic,
-        _message_id(manifest.chunks[wanted[0]]),
-        start_message_id_inclusive=True,
-        receiver_queue_size=16,
+    reader = forks.keep_in_children(
+        client.create_reader(
+            topic,
+            _message_id(manifest.chunks[wanted[0]]),
+            start_message_id_inclusive=True,
+            receiver_queue_size=16,
+        )
     )
     try:
         expected = wanted[0]
@@ -558,12 +564,14 @@ class MapCheckpointer:
             # the keeper subscription exists before the first chunk: with zero
             # retention, only a subscription's backlog keeps the checkpoint
             self._keeper(seek_to=None)
-            producer = self._client.create_producer(
-                self.topic,
-                batching_enabled=False,
-                send_timeout_millis=int(self._timeout_s * 1000),
-                block_if_queue_full=True,
-                max_pending_messages=8,  # at most ~8 chunks' bytes in flight
+            producer = forks.keep_in_children(
+                self._client.create_producer(
+                    self.topic,
+                    batching_enabled=False,
+                    send_timeout_millis=int(self._timeout_s * 1000),
+                    block_if_queue_full=True,
+                    max_pending_messages=8,  # at most ~8 chunks' bytes in flight
+                )
             )
             with self._lock:
                 if self.closed:  # closed meanwhile: close() did not see this one
@@ -715,12 +723,14 @@ class MapCheckpointer:
     def _keeper(self, *, seek_to: Position | None) -> None:
         """Make the keeper subscription (from the earliest message) if it is not
         there; with ``seek_to``, move it there: what lies before may be trimmed."""
-        keeper = self._client.subscribe(
-            self.topic,
-            KEEPER_SUBSCRIPTION,
-            consumer_type=pulsar.ConsumerType.Shared,
-            initial_position=pulsar.InitialPosition.Earliest,
-            receiver_queue_size=1,
+        keeper = forks.keep_in_children(
+            self._client.subscribe(
+                self.topic,
+                KEEPER_SUBSCRIPTION,
+                consumer_type=pulsar.ConsumerType.Shared,
+                initial_position=pulsar.InitialPosition.Earliest,
+                receiver_queue_size=1,
+            )
         )
         try:
             if seek_to is not None:

@@ -280,8 +280,13 @@ class CoordinationService(Generic[T]):
         log.info("took over the lock %s left by this session", path)
         return self._register(path, content, stat)
 
-    def read_lock(self, path: str) -> Future[T | None]:
+    def read_lock(self, path: str, *, latest: bool = True) -> Future[T | None]:
         """The content of the lock at ``path``, ``None`` if free.
+
+        Linearizable by default (``latest=True``, as etcd's reads are): it
+        reflects every acquisition and release acknowledged before the call,
+        by any process (one round trip to the broker). ``latest=False`` answers
+        from this process's view, which may lag.
 
         Returns:
             A future of the holder's content (deserialized), or ``None``.
@@ -294,16 +299,16 @@ class CoordinationService(Generic[T]):
             ValueError: through the future, for content the serde cannot
                 deserialize.
         """
-        return self._get_content(path)
-
-    def _get_content(self, path: str) -> Future[T | None]:
         return futures.then(
-            self.store.get(path),
+            self.store.get(path, latest=latest),
             lambda got: None if got is None else self.serde.deserialize(got.value),
         )
 
-    def list_locks(self, path: str) -> Future[list[str]]:
+    def list_locks(self, path: str, *, latest: bool = True) -> Future[list[str]]:
         """The locks held under ``path`` (its children).
+
+        Linearizable by default, like :meth:`read_lock`; ``latest=False``
+        answers from this process's view.
 
         Returns:
             A future of the child names under ``path`` (sorted; empty: none).
@@ -314,7 +319,7 @@ class CoordinationService(Generic[T]):
             StateClosedError: at the call or through the future, once the store
                 is closed.
         """
-        return self.store.get_children(path)
+        return self.store.get_children(path, latest=latest)
 
     def _forget(self, lock: ResourceLock[T], *, involuntary: bool = False) -> None:
         with self._lock:

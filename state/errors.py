@@ -34,6 +34,7 @@ __all__ = [
     "ValueTooLargeError",
     "WatchOverflowError",
     "WriteFailedError",
+    "WriteInDoubtError",
 ]
 
 
@@ -121,6 +122,22 @@ class WriteFailedError(PulsarStateError):
     """A write could not be published; ``attempts`` tells how often it was tried."""
 
     retriable = True
+
+    def __init__(self, message: str, *, attempts: int) -> None:
+        self.attempts = attempts
+        super().__init__(message)
+
+
+class WriteInDoubtError(PulsarStateError):
+    """A write was sent but its outcome is unknown: it may have landed or not.
+
+    Raised when its retry budget ran out before the writer could settle it
+    (gain the topic again and read from the log whether it landed), e.g. while
+    the broker stays away. Not a failure: read the state back (a latest read)
+    to know. ``attempts`` tells how often it was tried.
+    """
+
+    retriable = False
 
     def __init__(self, message: str, *, attempts: int) -> None:
         self.attempts = attempts

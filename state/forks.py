@@ -14,6 +14,16 @@ starts with a copy of its parent's memory. Two things follow:
   :func:`check_process` and :func:`claim_client` turn such a use into an
   immediate :class:`~pulsar_state.errors.ForkedProcessError`.
 
+* Native objects must not be destroyed in the child. The Pulsar C++ client's
+  destructors (a consumer's, a producer's, a client's) wait on condition
+  variables for threads that do not exist after ``fork()``: a child that
+  garbage-collects one it inherited - a closed map's consumer left in a
+  reference cycle, say - hangs for ever in ``pthread_cond_destroy``. Every
+  client pulsar_state is given and every consumer, reader and producer it
+  makes is registered here (:func:`keep_in_children`); in a forked child they
+  are all kept alive until the process ends, so none is ever destroyed there.
+  What the child makes itself is unaffected.
+
 A ``pulsar.Client`` that the parent made but never used (no connection, no
 thread yet) works in the child; one that the parent used outside
 pulsar_state cannot be told apart here and hangs in the child: make clients
@@ -26,11 +36,11 @@ import itertools
 import os
 import uuid
 import weakref
-from typing import Any
+from typing import Any, TypeVar
 
 from pulsar_state.errors import ForkedProcessError
 
-__all__ = ["check_process", "claim_client", "next_seq", "process_id"]
+__all__ = ["check_process", "claim_client", "keep_in_children", "next_seq", "process_id"]
 
 
 class _Identity:
@@ -68,8 +78,31 @@ def next_seq() -> int:
     return next(_IDENTITY.current().seq)
 
 
-# reset at once in a child forked through os.fork(); current() covers any other fork
-os.register_at_fork(after_in_child=_IDENTITY.reset)
+#: the Pulsar objects of this process (see the module docstring), weakly held
+_natives: weakref.WeakSet[Any] = weakref.WeakSet()
+#: in a forked child: the parent's objects, held for ever (never destroyed here)
+_inherited: list[Any] = []
+
+T = TypeVar("T")
+
+
+def keep_in_children(obj: T) -> T:
+    """Register a Pulsar client, consumer, reader or producer: a child forked
+    from this process keeps it alive (its destructor would hang there)."""
+    _natives.add(obj)
+    return obj
+
+
+def _after_fork_in_child() -> None:
+    _IDENTITY.reset()
+    # the parent's objects: never destroyed in this process (nor its children)
+    _inherited.extend(_natives)
+    _natives.clear()
+
+
+# at once in a child forked through os.fork() (multiprocessing's fork start
+# method too); current() covers identities for any other fork
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def check_process(created_pid: int, what: str) -> None:
@@ -81,6 +114,7 @@ def check_process(created_pid: int, what: str) -> None:
 
 def claim_client(client: Any) -> None:
     """Note that ``client`` is used in this process; refuse one used in a parent."""
+    keep_in_children(client)
     pid = os.getpid()
     owner = _client_pids.setdefault(client, pid)
     if owner != pid:

@@ -46,6 +46,7 @@ from typing import Any, Generic, Self, TypeVar
 import pulsar
 from prometheus_client import Counter
 
+from pulsar_state import forks
 from pulsar_state.errors import (
     OperationTimeoutError,
     PulsarStateError,
@@ -163,8 +164,8 @@ class LogFeed(Generic[K, V]):
         )
         self._replay.add_listener(on_write)
         try:
-            self._reader = client.create_reader(
-                topic, pulsar.MessageId.earliest, is_read_compacted=False
+            self._reader = forks.keep_in_children(
+                client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=False)
             )
         except pulsar.PulsarException as exc:
             raise StateTopicError(f"cannot read {topic}: {exc}") from exc

@@ -84,8 +84,8 @@ class BaseMetadataStore(ABC):
         """
 
     @abstractmethod
-    def get_children(self, path: str) -> Future[list[str]]:
-        """The names of ``path``'s children (implementations take ``latest`` as :meth:`get`).
+    def get_children(self, path: str, latest: bool = False) -> Future[list[str]]:
+        """The names of ``path``'s children (``latest`` as for :meth:`get`).
 
         Returns:
             A future of the child names (last segments, sorted); empty for a

@@ -39,7 +39,7 @@ from concurrent.futures import Future
 
 import pulsar
 
-from pulsar_state import futures
+from pulsar_state import forks, futures
 from pulsar_state.admin_endpoint import AdminEndpoint, resolve_admin
 from pulsar_state.config import DEFAULT_COMPACTION_THRESHOLD_BYTES, StateConfig
 from pulsar_state.errors import (
@@ -163,15 +163,26 @@ class MetadataStore(BaseMetadataStore):
             target=self._check_sessions, name=f"pss-sessions-{self.session_id[:8]}", daemon=True
         )
         self._checker.start()
+        # our own session on a thread of its own: the checker above makes admin
+        # calls that may be retried for tens of seconds while the broker is
+        # away, and a lock holder must hear SESSION_LOST in time regardless
+        self._own_watcher = threading.Thread(
+            target=self._watch_own_session_loop,
+            name=f"pss-own-session-{self.session_id[:8]}",
+            daemon=True,
+        )
+        self._own_watcher.start()
 
     def _subscribe_session(self) -> None:
         """(Re)open this session's consumer: the broker's proof that we are alive."""
-        self._session = self._client.subscribe(
-            self.sessions_topic,
-            f"{_SESSION_PREFIX}{self.session_id}",
-            consumer_type=pulsar.ConsumerType.Exclusive,
-            receiver_queue_size=1,
-            properties={"pulsar-state-role": "session"},
+        self._session = forks.keep_in_children(
+            self._client.subscribe(
+                self.sessions_topic,
+                f"{_SESSION_PREFIX}{self.session_id}",
+                consumer_type=pulsar.ConsumerType.Exclusive,
+                receiver_queue_size=1,
+                properties={"pulsar-state-role": "session"},
+            )
         )
 
     # -- applying (tailer thread) -----------------------------------------------
@@ -318,7 +329,6 @@ class MetadataStore(BaseMetadataStore):
         assert admin is not None
         while not self._stop.wait(self.session_check_interval_s):
             try:
-                self._watch_own_session()
                 owners = self.manager.read(lambda t: t.owners()).result() - {self.session_id}
                 if not owners:
                     self._dead_since.clear()
@@ -343,6 +353,16 @@ class MetadataStore(BaseMetadataStore):
             except Exception:
                 if not self._stop.is_set():
                     log.warning("session check on %s failed", self.manager.topic, exc_info=True)
+
+    def _watch_own_session_loop(self) -> None:
+        """Look at our own session consumer often: no network call here, so a
+        slow admin API never delays SESSION_LOST."""
+        interval = min(self.session_check_interval_s, self.session_timeout_s / 4)
+        while not self._stop.wait(interval):
+            try:
+                self._watch_own_session()
+            except Exception:
+                log.warning("own session check on %s failed", self.manager.topic, exc_info=True)
 
     def _watch_own_session(self) -> None:
         """Turn our session consumer's connection into session events."""
@@ -395,6 +415,7 @@ class MetadataStore(BaseMetadataStore):
         self.manager.check_process()  # not in a forked child: its session is the parent's
         self._stop.set()
         self._checker.join(timeout=5)
+        self._own_watcher.join(timeout=5)
         try:  # a clean exit takes its ephemeral nodes along at once
             self._expire_own()
         except Exception:

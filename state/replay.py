@@ -89,10 +89,9 @@ class OwnEntry(Generic[Op]):
     as every reader decodes them (by their message keys), the write's ids and
     epoch.
 
-    Decoding is done once, by whichever thread asks first: the direct path's
-    caller asks while it waits for the acknowledgement, so the ack's callback
-    (on the way to the waiting caller) usually finds it done. ``None``: an op
-    does not decode (the replay counts it when the entry arrives).
+    Decoding is done once, by whichever thread asks first (two racing both
+    compute the same pure result). ``None``: an op does not decode (the
+    replay counts it when the entry arrives).
     """
 
     __slots__ = ("_decoded", "epoch", "members", "ops", "write_id")

@@ -23,7 +23,7 @@ from typing import Generic, TypeVar
 
 import pulsar
 
-from pulsar_state import metrics
+from pulsar_state import forks, metrics
 from pulsar_state.position import Position
 from pulsar_state.topic_names import snapshot_topic
 
@@ -78,11 +78,13 @@ class Snapshotter(Generic[S]):
     def load(self, timeout_ms: int = 10_000) -> Snapshot[S] | None:
         """The newest readable snapshot, or ``None`` (then replay from the start)."""
         try:
-            reader = self._client.create_reader(
-                self.topic,
-                pulsar.MessageId.latest,
-                start_message_id_inclusive=True,
-                is_read_compacted=True,
+            reader = forks.keep_in_children(
+                self._client.create_reader(
+                    self.topic,
+                    pulsar.MessageId.latest,
+                    start_message_id_inclusive=True,
+                    is_read_compacted=True,
+                )
             )
         except pulsar.PulsarException as exc:
             log.warning("cannot read snapshots of %s (%s); replaying", self._state_topic, exc)
@@ -134,7 +136,7 @@ class Snapshotter(Generic[S]):
             return
         try:
             if self._producer is None:
-                self._producer = self._client.create_producer(self.topic)
+                self._producer = forks.keep_in_children(self._client.create_producer(self.topic))
             self._producer.send_async(
                 data,
                 self._sent,

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import pulsar
 
-from pulsar_state import futures, metrics
+from pulsar_state import forks, futures, metrics
 from pulsar_state.config import StateConfig
 from pulsar_state.errors import (
     InvalidMessageError,
@@ -147,16 +147,18 @@ class Tailer(LogReplay[S, Op]):
         for attempt in itertools.count(1):
             self.subscription = f"{config.subscription_prefix}{uuid.uuid4().hex[:16]}"
             try:
-                return client.subscribe(
-                    topic,
-                    self.subscription,
-                    consumer_type=pulsar.ConsumerType.Exclusive,
-                    initial_position=pulsar.InitialPosition.Earliest,
-                    is_read_compacted=(
-                        config.read_compacted if read_compacted is None else read_compacted
-                    ),
-                    receiver_queue_size=1000,
-                    properties={"pulsar-state-role": "tail"},
+                return forks.keep_in_children(
+                    client.subscribe(
+                        topic,
+                        self.subscription,
+                        consumer_type=pulsar.ConsumerType.Exclusive,
+                        initial_position=pulsar.InitialPosition.Earliest,
+                        is_read_compacted=(
+                            config.read_compacted if read_compacted is None else read_compacted
+                        ),
+                        receiver_queue_size=1000,
+                        properties={"pulsar-state-role": "tail"},
+                    )
                 )
             except (pulsar.AuthorizationError, pulsar.AuthenticationError) as exc:
                 raise PermissionDeniedError(

@@ -30,6 +30,7 @@ from typing import Any, Generic, Self, TypeVar
 
 import pulsar
 
+from pulsar_state import forks
 from pulsar_state.admin_endpoint import AdminEndpoint, resolve_admin
 from pulsar_state.errors import (
     ConfigurationError,
@@ -83,8 +84,8 @@ class TopicView(Generic[S, Op]):
             topic=self.topic, codec=codec, applier=applier, state=initializer()
         )
         try:
-            self._reader = client.create_reader(
-                self.topic, pulsar.MessageId.earliest, is_read_compacted=True
+            self._reader = forks.keep_in_children(
+                client.create_reader(self.topic, pulsar.MessageId.earliest, is_read_compacted=True)
             )
         except (pulsar.AuthorizationError, pulsar.AuthenticationError) as exc:
             raise PermissionDeniedError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import faulthandler
+import gc
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -75,3 +76,23 @@ def try_inherited(
     conn.send(None)
     conn.close()
     faulthandler.cancel_dump_traceback_later()
+
+
+def collect_then_use_a_map(service_url: str, admin_url: str, topic: str) -> None:
+    """A forked child's first steps: a full garbage collection (which meets what
+    the parent left in reference cycles), then a client and a map of its own.
+    Exits 0 when the map reads the parent's value."""
+    gc.collect()
+    client = pulsar.Client(
+        service_url,
+        operation_timeout_seconds=15,
+        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+    )
+    m = PulsarMap[str, int](client, topic, admin_url=admin_url)
+    try:
+        if m.get("k", latest=True).result(30) != 1:
+            raise SystemExit(3)
+        m.update("children", lambda v: (v or 0) + 1).result(30)
+    finally:
+        m.close()
+        client.close()

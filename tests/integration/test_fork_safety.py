@@ -19,7 +19,7 @@ from typing import Any
 import pulsar
 import pytest
 from harness import PulsarEndpoint, unique_topic
-from state_workers import increment_worker, try_inherited
+from state_workers import collect_then_use_a_map, increment_worker, try_inherited
 
 from pulsar_state import ForkedProcessError, MetadataStore, PulsarMap, StateClosedError
 
@@ -192,3 +192,64 @@ def test_a_metadata_store_made_before_fork_fails_at_once_in_the_child(
         assert got is not None and got.value == b"1"
     finally:
         store.close()
+
+
+def _closed_map_in_a_cycle(service_url: str, admin_url: str, topic: str) -> None:
+    """A map and its client, used, closed, and left in a reference cycle (as a
+    traceback or a callback holds them): garbage the parent has not collected."""
+    client = pulsar.Client(
+        service_url,
+        operation_timeout_seconds=15,
+        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+    )
+    m = PulsarMap[str, int](client, topic, admin_url=admin_url)
+    m.put("k", 1).result(30)
+    m.close()
+    client.close()
+    cycle: dict[str, Any] = {"map": m, "client": client}
+    cycle["self"] = cycle
+
+
+def test_children_forked_from_a_parent_holding_maps_do_not_hang_in_gc(
+    pulsar_endpoint: PulsarEndpoint, make_client: ClientFactory
+) -> None:
+    """Defect 10 of issue #25: the parent keeps one map open and left closed
+    maps and their clients in reference cycles; it forks workers that each
+    make their own client and map. At a child's first garbage collection an
+    inherited consumer was destroyed, and its native destructor waited for
+    threads that do not exist in the child: 4 of 4 children hung. Every
+    child must finish (the parent's Pulsar objects are kept alive there)."""
+    admin_url = pulsar_endpoint.admin_url
+    topic = unique_topic("forkgc")
+    parents_map = PulsarMap[str, int](make_client(), topic, admin_url=admin_url)
+    try:
+        parents_map.put("k", 1).result(30)
+        ctx = multiprocessing.get_context("fork")
+        gc.collect()
+        gc.disable()  # the cycles below must still be garbage when the children start
+        try:
+            for i in range(3):
+                _closed_map_in_a_cycle(pulsar_endpoint.service_url, admin_url, f"{topic}-{i}")
+            children = [
+                ctx.Process(
+                    target=collect_then_use_a_map,
+                    args=(pulsar_endpoint.service_url, admin_url, topic),
+                )
+                for _ in range(4)
+            ]
+            for child in children:
+                child.start()
+        finally:
+            gc.enable()
+        hung = []
+        for child in children:
+            child.join(timeout=90)
+            if child.is_alive():
+                hung.append(child.pid)
+                child.kill()
+                child.join(10)
+        assert not hung, f"{len(hung)} of {len(children)} forked children hung"
+        assert [child.exitcode for child in children] == [0] * len(children)
+        assert parents_map.get("children", latest=True).result(30) == len(children)
+    finally:
+        parents_map.close()

@@ -314,3 +314,23 @@ def test_a_put_racing_close_is_completed_either_way(
         for fut in made:
             with contextlib.suppress(StateClosedError):
                 fut.result(timeout=30)  # never left pending
+
+
+def test_a_checkpoint_covers_writes_acknowledged_to_other_processes(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    """Defect 7: ``checkpoint()`` took the state as applied locally, so a write
+    acknowledged to another process's map a moment before could be missing
+    (the manifest covered 37:2, the other process's write was at 37:3). The
+    checkpoint promises every write acknowledged before the call."""
+    topic = unique_topic("ckptcatchup")
+    a = PulsarMap[str, int](make_client(), topic, admin_url=admin_url)
+    b = PulsarMap[str, int](make_client(), topic, admin_url=admin_url)
+    try:
+        for i in range(20):
+            landed = b.put(f"k{i}", i).result(timeout=30)
+            manifest = a.checkpoint().result(timeout=60)
+            assert manifest.position.covers(landed), (i, manifest.position, landed)
+    finally:
+        a.close()
+        b.close()

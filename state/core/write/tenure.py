@@ -45,7 +45,7 @@ from typing import Any
 
 import pulsar
 
-from pulsar_state import metrics
+from pulsar_state import forks, metrics
 from pulsar_state.config import StateConfig
 from pulsar_state.core.write.entry_sender import Acks, PublishFailedError, send_entry
 from pulsar_state.core.write.takeover import TakeoverLimiter
@@ -316,17 +316,19 @@ class Tenure:
             )
         config = self._config
         try:
-            producer = self._client.create_producer(
-                self._topic,
-                access_mode=mode,
-                send_timeout_millis=int(config.send_timeout_s * 1000),
-                batching_enabled=True,
-                batching_max_messages=config.max_ops_per_write * 2 + 2000,
-                batching_max_allowed_size_in_bytes=config.max_write_bytes * 2,
-                batching_max_publish_delay_ms=3_600_000,  # entries end at flush()
-                max_pending_messages=1_000_000,
-                block_if_queue_full=True,
-                properties={"pulsar-state-writer": self.writer_id},
+            producer = forks.keep_in_children(
+                self._client.create_producer(
+                    self._topic,
+                    access_mode=mode,
+                    send_timeout_millis=int(config.send_timeout_s * 1000),
+                    batching_enabled=True,
+                    batching_max_messages=config.max_ops_per_write * 2 + 2000,
+                    batching_max_allowed_size_in_bytes=config.max_write_bytes * 2,
+                    batching_max_publish_delay_ms=3_600_000,  # entries end at flush()
+                    max_pending_messages=1_000_000,
+                    block_if_queue_full=True,
+                    properties={"pulsar-state-writer": self.writer_id},
+                )
             )
         except (pulsar.AuthorizationError, pulsar.AuthenticationError) as exc:
             raise PermissionDeniedError(

@@ -49,10 +49,11 @@ from typing import Any, Generic, TypeVar
 
 import pulsar
 
-from pulsar_state import forks, futures, metrics
+from pulsar_state import futures, metrics
 from pulsar_state.callback_thread import CallbackFuture, CallbackThread
 from pulsar_state.config import StateConfig
-from pulsar_state.core.write.entry_sender import Acks, PublishFailedError, entry_size, send_entry
+from pulsar_state.core.write.entry import encode_write, entry_messages, own_entry
+from pulsar_state.core.write.entry_sender import Acks, PublishFailedError, send_entry
 from pulsar_state.core.write.request import WriteRequest
 from pulsar_state.core.write.tenure import Tenure, TenureState
 from pulsar_state.errors import (
@@ -61,23 +62,13 @@ from pulsar_state.errors import (
     PermissionDeniedError,
     PulsarStateError,
     StateClosedError,
-    TooManyOpsError,
-    ValueTooLargeError,
     WriteFailedError,
+    WriteInDoubtError,
 )
 from pulsar_state.op_codec import OpCodec
 from pulsar_state.position import Position
-from pulsar_state.replay import OwnEntry
 from pulsar_state.snapshot import Snapshotter
 from pulsar_state.tailer import Tailer
-from pulsar_state.topic_format import (
-    PROP_WRITE,
-    OutgoingMessage,
-    check_op_key,
-    commit_message,
-    op_messages,
-    write_message,
-)
 
 __all__ = ["Writer"]
 
@@ -348,10 +339,26 @@ class Writer(Generic[S, Op]):
         try:
             rerun = self._acquire()
         except PulsarStateError as exc:
-            for request in list(self._unsettled):
-                if self._give_up(request, exc):
-                    self._unsettled.remove(request)
-                    self._tailer.unlanded([request.write_id])  # not expected any more
+            # still unknown whether they landed: past its budget, a write is
+            # reported in doubt (never as failed), and forgotten
+            spent = [
+                r
+                for r in self._unsettled
+                if isinstance(exc, PermissionDeniedError | StateClosedError)
+                or self._config.retry.exhausted(max(r.attempts, 1), r.submitted)
+            ]
+            self._tailer.unlanded([r.write_id for r in spent])
+            for request in spent:
+                self._unsettled.remove(request)
+                futures.set_exception(
+                    request.future,
+                    WriteInDoubtError(
+                        f"sent, but its outcome is unknown after {request.attempts} attempts "
+                        f"(the topic could not be gained to settle it: {exc}); it may have "
+                        "landed: read it back to know",
+                        attempts=request.attempts,
+                    ),
+                )
             return
         self._front.extendleft(reversed(rerun))
 
@@ -454,7 +461,7 @@ class Writer(Generic[S, Op]):
         topic itself, one ``get_last_message_id`` round trip.
         """
         if request.blind:  # it promised to ignore the state: no lock, no waiting
-            return self._encode(self._generate(request, locked=False))
+            return encode_write(self._codec, self._generate(request, locked=False), self._config)
         timeout = self._config.operation_timeout_s
         try:
             if self._last_sent is not None:
@@ -468,40 +475,19 @@ class Writer(Generic[S, Op]):
         except Exception:  # decided on possibly stale state: decide again, caught up
             ops = None
         if ops:
-            return self._encode(ops)
+            return encode_write(self._codec, ops, self._config)
         try:
             self._tailer.catch_up(timeout)
         except OperationTimeoutError as exc:
             raise _NotCaughtUpError(exc) from exc
         if self._tailer.take_own_stale():
             raise _StaleTenureError
-        return self._encode(self._generate(request))
+        return encode_write(self._codec, self._generate(request), self._config)
 
     def _generate(self, request: WriteRequest[S, Op], *, locked: bool = True) -> list[Op] | None:
         with self._tailer.lock if locked else contextlib.nullcontext():
             ops = request.generator(self._tailer.state)
         return None if ops is None else list(ops)
-
-    def _encode(self, ops: list[Op] | None) -> tuple[list[tuple[str | None, bytes]], int] | None:
-        """The write's messages' (key, payload)s: every check that could refuse
-        one op is made here, so that it fails this write only, never its group."""
-        if not ops:
-            return None
-        if len(ops) > self._config.max_ops_per_write:
-            raise TooManyOpsError(len(ops), self._config.max_ops_per_write)
-        out = [self._codec.encode(op) for op in ops]
-        for key, payload in out:
-            if key is not None:
-                check_op_key(key, payload)
-            elif not payload:
-                raise ValueError(
-                    "an op without a key must not serialize to empty bytes: the topic "
-                    "could not tell it from a compacted-out slot"
-                )
-        size = entry_size(out)
-        if size > self._config.max_write_bytes:
-            raise ValueTooLargeError(size, self._config.max_write_bytes)
-        return out, size
 
     def _send(
         self, members: list[WriteRequest[S, Op]], ops: list[tuple[str | None, bytes]]
@@ -513,7 +499,9 @@ class Writer(Generic[S, Op]):
         producer, epoch = tenure.producer, tenure.epoch
         if producer is None or epoch is None:  # a bug: the caller checked
             raise AssertionError(f"sending without holding the topic ({tenure.state})")
-        messages = self._entry(members, ops, epoch)
+        messages = entry_messages(
+            self.writer_id, [r.write_id for r in members], ops, epoch, self._compactable
+        )
         for request in members:
             self._tailer.expect(request.write_id, functools.partial(self._landed, request))
         self._unsettled.extend(members)
@@ -539,47 +527,13 @@ class Writer(Generic[S, Op]):
             self._config.commit_on_ack
             and previous is not None
             and self._tailer.apply_own(
-                self._own_entry(members, messages, epoch), landed, after=previous
+                own_entry(messages, [r.write_id for r in members], epoch), landed, after=previous
             )
         ):
             self._m_committed_on_ack.inc(len(members))
         self._trim_unsettled()
         self._housekeeping()
         return True
-
-    def _entry(
-        self, members: list[WriteRequest[S, Op]], ops: list[tuple[str | None, bytes]], epoch: int
-    ) -> list[OutgoingMessage]:
-        """The messages of one entry."""
-        if len(members) == 1 and len(ops) == 1 and ops[0][1]:
-            # the commonest write (a put): one self-committing message
-            key, payload = ops[0]
-            return [write_message(members[0].write_id, key, payload, epoch)]
-        group_id = f"{self.writer_id}-g{forks.next_seq()}"
-        messages = op_messages(group_id, ops, epoch)
-        messages.append(
-            commit_message(
-                group_id,
-                len(ops),
-                epoch,
-                keep=not self._compactable,
-                members=[r.write_id for r in members],
-            )
-        )
-        return messages
-
-    def _own_entry(
-        self, members: list[WriteRequest[S, Op]], messages: list[OutgoingMessage], epoch: int
-    ) -> OwnEntry[Op]:
-        """The entry as :meth:`~pulsar_state.replay.LogReplay.apply_own` takes it:
-        the ops as every reader decodes them (by their message keys)."""
-        op_msgs = messages if len(messages) == 1 else messages[:-1]
-        return OwnEntry(
-            [(m.key, m.payload) for m in op_msgs],
-            write_id=messages[-1].properties.get(PROP_WRITE, ""),
-            members=tuple(r.write_id for r in members),
-            epoch=epoch,
-        )
 
     def _landed(self, request: WriteRequest[S, Op], position: Position) -> None:
         """The replay applied ``request``'s write at ``position`` (in landing order)."""

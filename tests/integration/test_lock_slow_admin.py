@@ -1,0 +1,147 @@
+"""A lock holder cut off from the broker while its admin API is slow (issue
+#25, defect 9), and reads of who holds a lock from another process."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pulsar
+import pytest
+import requests
+from harness import PulsarEndpoint, unique_name, unique_topic, wait_until
+
+from pulsar_state import CoordinationService, MetadataStore
+
+SESSION = {"session_timeout_s": 2.0, "session_check_interval_s": 0.25}
+#: each topic-stats answer of the slow admin API comes this late
+STATS_DELAY_S = 8.0
+
+
+def _slow_stats_proxy(target: str) -> tuple[ThreadingHTTPServer, str]:
+    """An admin API in front of ``target`` that answers topic stats late (a
+    loaded or failing-over broker); everything else passes at once."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def _forward(self) -> None:
+            if self.path.rstrip("/").endswith("/stats"):
+                time.sleep(STATS_DELAY_S)
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else None
+            headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+            answer = requests.request(
+                self.command, target + self.path, data=body, headers=headers, timeout=60
+            )
+            self.send_response(answer.status_code)
+            for name in ("Content-Type",):
+                if name in answer.headers:
+                    self.send_header(name, answer.headers[name])
+            self.send_header("Content-Length", str(len(answer.content)))
+            self.end_headers()
+            self.wfile.write(answer.content)
+
+        def do_GET(self) -> None:
+            self._forward()
+
+        def do_PUT(self) -> None:
+            self._forward()
+
+        def do_POST(self) -> None:
+            self._forward()
+
+        def do_DELETE(self) -> None:
+            self._forward()
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+@pytest.fixture
+def slow_admin_url(pulsar_endpoint: PulsarEndpoint) -> Iterator[str]:
+    server, url = _slow_stats_proxy(pulsar_endpoint.admin_url)
+    try:
+        yield url
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_holder_hears_its_session_lost_while_its_admin_api_is_slow(
+    pulsar_endpoint: PulsarEndpoint, slow_admin_url: str
+) -> None:
+    """A holds a lock; its admin API answers stats late; its session consumer
+    goes away (its connection lost). Another store expires A's session and
+    takes the lock. A's own-session check shared a thread with those slow
+    admin calls, so A still believed it held the lock seconds after B took it
+    (SESSION_LOST never came). A must stop believing it within a check of its
+    session timeout, whatever the admin API does."""
+    topic = unique_topic("slowadmin")
+    path = f"/{unique_name('lock')}"
+    client_a = pulsar.Client(
+        pulsar_endpoint.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+    )
+    client_b = pulsar.Client(
+        pulsar_endpoint.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+    )
+    a = MetadataStore(client_a, topic, admin_url=slow_admin_url, **SESSION)
+    b = MetadataStore(client_b, topic, admin_url=pulsar_endpoint.admin_url, **SESSION)
+    try:
+        locks_a = CoordinationService[str](a)
+        locks_b = CoordinationService[str](b)
+        held = locks_a.acquire_lock(path, "a").result(timeout=30)
+        assert held.held
+        time.sleep(1.0)  # A's checker is now inside a slow stats call
+        a._session.close()  # A's connection to the broker is gone
+        taken = wait_until(
+            lambda: locks_b.acquire_lock(path, "b").result(timeout=30),
+            timeout_s=60,
+            message="B took the lock once A's session expired",
+        )
+        assert taken.held
+        # at most one check interval after B holds it, A no longer acts as holder
+        wait_until(
+            lambda: not held.held,
+            timeout_s=SESSION["session_check_interval_s"] * 4,
+            interval_s=0.05,
+            message="A stopped believing it holds the lock",
+        )
+        # read from A's side, by default linearizable: B holds it
+        assert locks_a.read_lock(path).result(timeout=30) == "b"
+        assert locks_a.list_locks("/").result(timeout=30) == [path.lstrip("/")]
+    finally:
+        a.close()
+        b.close()
+        client_a.close()
+        client_b.close()
+
+
+def test_reading_who_holds_a_lock_is_linearizable_by_default(
+    pulsar_endpoint: PulsarEndpoint,
+) -> None:
+    """Right after another store acquired a lock, ``read_lock`` here answered
+    from this process's view: ``None``. By default it now reflects every
+    acquisition acknowledged before the call, by any process."""
+    topic = unique_topic("readlock")
+    client = pulsar.Client(
+        pulsar_endpoint.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+    )
+    here = MetadataStore(client, topic, admin_url=pulsar_endpoint.admin_url, **SESSION)
+    there = MetadataStore(client, topic, admin_url=pulsar_endpoint.admin_url, **SESSION)
+    try:
+        mine, theirs = CoordinationService[str](here), CoordinationService[str](there)
+        base = f"/{unique_name('locks')}"
+        for i in range(20):
+            path = f"{base}/l{i}"
+            theirs.acquire_lock(path, f"v{i}").result(timeout=30)
+            assert mine.read_lock(path).result(timeout=30) == f"v{i}"
+            assert f"l{i}" in mine.list_locks(base).result(timeout=30)
+    finally:
+        here.close()
+        there.close()
+        client.close()
