@@ -19,7 +19,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import pulsar
 
@@ -73,6 +73,8 @@ class Snapshotter(Generic[S]):
         self._max_bytes = max_bytes
         self._producer: pulsar.Producer | None = None
         self.written = 0
+        #: the tailer's applied writes when the last snapshot was taken
+        self.taken_at = 0
         self._too_large_warned = False
 
     def load(self, timeout_ms: int = 10_000) -> Snapshot[S] | None:
@@ -110,6 +112,22 @@ class Snapshotter(Generic[S]):
             reader.close()
         log.info("loaded the snapshot of %s at %s", self._state_topic, position)
         return Snapshot(state, position, epoch)
+
+    def maybe_take(self, tailer: Any, *, every_writes: int) -> None:
+        """The writer thread, after a publish: a snapshot when ``every_writes``
+        writes were applied since the last one. The state is encoded under the
+        state lock and published without it (publishing may make the producer,
+        a blocking client call); a failure only costs a longer replay."""
+        if tailer.applied_writes - self.taken_at < every_writes:
+            return
+        try:
+            with tailer.lock:
+                self.taken_at = tailer.applied_writes
+                data = self.encode(tailer.state)
+                position, epoch = tailer.applied, tailer.epoch
+            self.publish(data, position, epoch)
+        except Exception:  # an optimisation: never fail a write for it
+            log.exception("snapshot of %s failed", self._state_topic)
 
     def encode(self, state: S) -> bytes:
         """The snapshot's bytes (call under the state lock: nothing else happens here)."""

@@ -63,7 +63,7 @@ async def _cancel_half_of_the_queued_writes(
     start the writes and cancel every other one. The writer thread, the holding
     write's future and the tasks."""
     manager = m.sync.manager
-    writer_thread = manager._writer.thread
+    writer_thread = manager._writer._thread
     busy = manager.write(_stall(0.4))
     tasks = _start_writes(m)
     await asyncio.sleep(0)  # every task submits its write

@@ -1,36 +1,20 @@
 """The writer: the one thread that orders, groups, builds and sends writes.
 
-The write path is one-way (docs/state.md, *The write path*):
+The write path is one-way (docs/state.md, *The write path*): the call only
+queues a :class:`~pulsar_state.core.write.request.WriteRequest` on the inbox;
+this thread owns the inbox, the tenure (:mod:`~pulsar_state.core.write.tenure`)
+and every write it sent until it is settled. It groups the blind writes queued
+together (group commit), runs each generator on the latest state, registers
+the writes with the log replay and sends them as one entry, then waits for
+its acknowledgement (which the client's IO thread only hands over) before it
+builds anything else. The replay completes the futures in landing order.
 
-1. **The call** (any thread) validates, wraps the generator in a
-   :class:`~pulsar_state.core.write.request.WriteRequest` and puts it on the
-   writer's inbox. It never sends and never takes the state lock.
-2. **The writer thread** (this module) owns the inbox, the tenure (the
-   exclusive producer, :mod:`~pulsar_state.core.write.tenure`) and every
-   write sent until it is settled. It takes requests in order, groups the
-   blind ones that queued together (group commit), runs each generator on the
-   latest state, registers the writes with the log replay, and sends them as
-   one entry, then waits for that entry's acknowledgement before it builds
-   anything else. One entry is in flight at a time.
-3. **The client's IO thread** only hands the acknowledgement over (a queue
-   put; no lock of ours).
-4. **The log replay** applies the entry - at its acknowledgement, by the
-   writer (commit on ack, when nothing can lie in between), or when the tail
-   brings it back - and completes the writes' futures in the order the writes
-   landed. Users' callbacks run on the manager's callback thread.
-
-A publish that fails or whose acknowledgement does not come in time leaves
-its writes *in doubt*: they may have landed or not. The tenure moves to
-IN_DOUBT, its producer is closed, and nothing else is built or sent until a
-new tenure's epoch marker is applied: every write sent before it has then
-landed (the replay completed it) or never will, and only those are run again,
-at the front of the queue, in their order (PIP-137: a generator "may be
-executed multiple times, until the operation succeeds"). A write whose retry
-budget (``StateConfig.retry``) is spent fails with
-:class:`~pulsar_state.errors.WriteFailedError` (or ``FencedError``).
-
-A write of ours that lands stale (after another writer's epoch marker: the
-topic was taken over without our producer hearing of it) is skipped by every
+A publish that fails or is not acknowledged in time leaves its writes *in
+doubt*: the tenure goes IN_DOUBT, its producer is closed, and nothing else is
+built until a new tenure's epoch marker is applied. Then every write sent
+before it has landed (the replay completed it) or never will, and only those
+run again, first, in their order, within ``StateConfig.retry``. A write of
+ours that lands stale (after another writer's marker) is skipped by every
 reader; the replay wakes the writer, which treats it as in doubt.
 """
 
@@ -54,6 +38,7 @@ from pulsar_state.callback_thread import CallbackFuture, CallbackThread
 from pulsar_state.config import StateConfig
 from pulsar_state.core.write.entry import encode_write, entry_messages, own_entry
 from pulsar_state.core.write.entry_sender import Acks, PublishFailedError, send_entry
+from pulsar_state.core.write.repair import repair_request
 from pulsar_state.core.write.request import WriteRequest
 from pulsar_state.core.write.tenure import Tenure, TenureState
 from pulsar_state.errors import (
@@ -87,6 +72,14 @@ _UNSETTLED_TRIM = 256
 
 def _closed_error() -> StateClosedError:
     return StateClosedError("the state manager is closed")
+
+
+def _in_doubt(attempts: int, cause: BaseException) -> WriteInDoubtError:
+    return WriteInDoubtError(
+        f"sent, but its outcome is unknown after {attempts} attempts (the topic could not "
+        f"be gained to settle it: {cause}); it may have landed: read it back to know",
+        attempts=attempts,
+    )
 
 
 class _NotCaughtUpError(Exception):
@@ -127,11 +120,10 @@ class Writer(Generic[S, Op]):
         self._compactable = compactable
         self._snapshotter = snapshotter
         self._snapshot_every = snapshot_every
-        self._snapshot_at = tailer.applied_writes
-        #: called on the writer thread after publishing, while holding the
-        #: topic (checkpoints); it must not hold the state lock across a
-        #: blocking client call
-        self._after_publish = after_publish
+        if snapshotter is not None:
+            snapshotter.taken_at = tailer.applied_writes
+        #: after each publish, holding the topic (checkpoints): never holding
+        self._after_publish = after_publish  # the state lock across a client call
         self.writer_id = uuid.uuid4().hex[:12]
         self._tenure = Tenure(
             client=client,
@@ -176,11 +168,6 @@ class Writer(Generic[S, Op]):
     def tenure(self) -> Tenure:
         """The tenure's state machine (read its ``state`` and ``history``)."""
         return self._tenure
-
-    @property
-    def thread(self) -> threading.Thread:
-        """The writer thread."""
-        return self._thread
 
     # -- the call (any thread) --------------------------------------------------
 
@@ -244,8 +231,7 @@ class Writer(Generic[S, Op]):
                 continue
             if self._stale_seen:  # repair at once: compaction would keep the stale value
                 self._stale_seen = False
-                if self._tailer.stale_keys and not self._repairing:
-                    self._repair()
+                self._repair()
             request = self._next()
             if request is _CLOSE:
                 self._shutdown()
@@ -330,8 +316,7 @@ class Writer(Generic[S, Op]):
         self._unsettled.clear()
         if rerun:
             self._m_retries.inc(len(rerun))
-        if self._tailer.stale_keys and not self._repairing:
-            self._repair()
+        self._repair()
         return [r for r in rerun if not self._give_up(r, FencedError("lost the topic each time"))]
 
     def _settle(self) -> None:
@@ -350,15 +335,7 @@ class Writer(Generic[S, Op]):
             self._tailer.unlanded([r.write_id for r in spent])
             for request in spent:
                 self._unsettled.remove(request)
-                futures.set_exception(
-                    request.future,
-                    WriteInDoubtError(
-                        f"sent, but its outcome is unknown after {request.attempts} attempts "
-                        f"(the topic could not be gained to settle it: {exc}); it may have "
-                        "landed: read it back to know",
-                        attempts=request.attempts,
-                    ),
-                )
+                futures.set_exception(request.future, _in_doubt(request.attempts, exc))
             return
         self._front.extendleft(reversed(rerun))
 
@@ -554,71 +531,33 @@ class Writer(Generic[S, Op]):
     def _housekeeping(self) -> None:
         """Repairs, snapshots, checkpoints: never holding the state lock across
         a blocking client call."""
-        if self._tailer.stale_keys and not self._repairing:
-            self._repair()
-        self._maybe_snapshot()
+        self._repair()
+        if self._snapshotter is not None:
+            self._snapshotter.maybe_take(self._tailer, every_writes=self._snapshot_every)
         if self._after_publish is not None and self._tenure.holding:
             try:
                 self._after_publish()
             except Exception:  # an optimisation (a checkpoint): never fail a write for it
                 log.exception("after-publish hook of %s failed", self._topic)
 
-    def _maybe_snapshot(self) -> None:
-        snapshotter = self._snapshotter
-        if snapshotter is None:
-            return
-        tailer = self._tailer
-        if tailer.applied_writes - self._snapshot_at < self._snapshot_every:
-            return
-        try:
-            with tailer.lock:  # the state as applied now: only encoded here
-                self._snapshot_at = tailer.applied_writes
-                data = snapshotter.encode(tailer.state)
-                position, epoch = tailer.applied, tailer.epoch
-            snapshotter.publish(data, position, epoch)  # may make its producer: unlocked
-        except Exception:  # a snapshot is an optimisation: never fail a write for it
-            log.exception("snapshot of %s failed", self._topic)
-
     def _repair(self) -> None:
-        """Re-assert the current value of keys a stale write touched (see
-        topic_format), at once: compaction would otherwise keep the stale value
-        as the key's last one."""
-        repair = getattr(self._codec, "repair", None)
-        if repair is None:
+        """Repair the keys stale writes touched, first thing (see :mod:`.repair`)."""
+        if self._repairing or not self._tailer.stale_keys:
             return
-        with self._tailer.lock:
-            keys = dict(self._tailer.stale_keys)
-        if not keys:
-            return
-        self._repairing = True
-        request: WriteRequest[S, Op] = WriteRequest(
-            lambda state: repair(state, set(keys)), False, CallbackFuture(self._callbacks)
-        )
-        log.info("repairing %d keys a stale write touched on %s", len(keys), self._topic)
+        request = repair_request(self._codec, self._tailer, self._callbacks, self._repaired)
+        if request is not None:
+            self._repairing = True
+            self._front.appendleft(request)
 
-        def repaired(done: Any) -> None:
-            self._repairing = False
-            if done.exception() is None:
-                self._tailer.repaired(keys, done.result())
-            else:
-                log.warning("repair of %s failed: %s", self._topic, done.exception())
-
-        request.future.add_inline_callback(repaired)
-        self._front.appendleft(request)
+    def _repaired(self) -> None:
+        self._repairing = False
 
     # -- the end ------------------------------------------------------------------
 
     def _shutdown(self) -> None:
         """``close()`` was called: fail what is queued, settle what was sent."""
-        leftovers: list[WriteRequest[S, Op]] = list(self._front)
+        leftovers = [*self._front, *self._drain_inbox()]
         self._front.clear()
-        while True:
-            try:
-                item = self._inbox.get_nowait()
-            except queue.Empty:
-                break
-            if isinstance(item, WriteRequest):
-                leftovers.append(item)
         for request in leftovers:
             futures.set_exception(request.future, _closed_error())
         # writes acknowledged are in the log: let the replay apply them
@@ -641,14 +580,18 @@ class Writer(Generic[S, Op]):
     def _fail_all(self, exc: BaseException) -> None:
         with self._submit_lock:
             self._closed = True
-        requests = [*self._front, *self._unsettled]
+        requests = [*self._front, *self._unsettled, *self._drain_inbox()]
+        self._tailer.unlanded([r.write_id for r in requests])
+        for request in requests:
+            futures.set_exception(request.future, exc)
+
+    def _drain_inbox(self) -> list[WriteRequest[S, Op]]:
+        """The requests left on the inbox (the writer thread, at the end)."""
+        left: list[WriteRequest[S, Op]] = []
         while True:
             try:
                 item = self._inbox.get_nowait()
             except queue.Empty:
-                break
+                return left
             if isinstance(item, WriteRequest):
-                requests.append(item)
-        self._tailer.unlanded([r.write_id for r in requests])
-        for request in requests:
-            futures.set_exception(request.future, exc)
+                left.append(item)
