@@ -90,6 +90,7 @@ setup(
             PULSAR_CLIENT.replace("pulsar-client", "pulsar-client[functions]"),
             "pytest>=8",
             "pytest-timeout>=2.3",
+            "hypothesis>=6.100",  # model-based tests of the write side
             "testcontainers>=4.8",
             "trustme>=1.1",  # throwaway CAs for the TLS tests
             "ruff>=0.6",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+import uuid
 import warnings
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from pulsar_state.errors import (
     AdminUnreachableError,
     ConfigurationError,
     PermissionDeniedError,
+    PulsarStateError,
     StateTopicError,
     TopicNotFoundError,
 )
@@ -31,6 +33,7 @@ from pulsar_state.position import Position
 from pulsar_state.topic_names import admin_path
 
 __all__ = [
+    "INCARNATION_PROPERTY",
     "PulsarAdmin",
     "entries_compacted_after",
     "refusal_reason",
@@ -39,6 +42,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: the topic property that names a topic's incarnation (see PulsarAdmin.incarnation)
+INCARNATION_PROPERTY = "pss.incarnation"
 
 
 def topic_path(topic: str) -> str:
@@ -265,6 +271,32 @@ class PulsarAdmin:
             raise StateTopicError(f"{topic} is partitioned; a state topic must not be")
         resp = self.request("PUT", f"/admin/v2/{path}")
         self._check(resp, f"creating {topic}", ok=(200, 204, 409))
+
+    def incarnation(self, topic: str) -> str | None:
+        """An id of this incarnation of ``topic``: made when first asked for and
+        kept in the topic's properties (``pss.incarnation``), so a topic deleted
+        and made again under the same name has a new one. Snapshots and
+        checkpoints record it, and one of another incarnation is not loaded.
+
+        ``None`` when the admin API will not keep it (a role without the
+        permission, an old broker): nothing is bound then.
+        """
+        path = f"/admin/v2/{topic_path(topic)}/properties"
+        try:
+            for attempt in range(2):
+                resp = self.request("GET", path)
+                if resp.status_code != 200:
+                    return None
+                found = (resp.json() or {}).get(INCARNATION_PROPERTY)
+                if found or attempt:
+                    return str(found) if found else None
+                made = self.request("PUT", path, json={INCARNATION_PROPERTY: uuid.uuid4().hex})
+                if made.status_code not in (200, 204):
+                    return None
+                # read back: of two processes setting it at once, the last one wins
+        except PulsarStateError as exc:
+            log.debug("no incarnation for %s: %s", topic, exc)
+        return None
 
     def require_topic(self, topic: str) -> None:
         """Raise :class:`TopicNotFoundError` unless the non-partitioned topic exists.

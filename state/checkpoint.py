@@ -365,6 +365,9 @@ class MapCheckpointer:
         self._key_serde = key_serde
         self._value_serde = value_serde
         self._timeout_s = timeout_s
+        #: the state topic's incarnation (PulsarAdmin.incarnation): a checkpoint
+        #: of another one (the topic deleted and made again) is not loaded
+        self.incarnation: str | None = None
         self._lock = threading.Lock()
         self._producer: pulsar.Producer | None = None
         self._running: Future[Manifest | None] | None = None
@@ -414,6 +417,13 @@ class MapCheckpointer:
             _bad(self.state_topic, f"{type(exc).__name__}: {exc}")
             return None
         manifest, at = found
+        if manifest.incarnation and self.incarnation and manifest.incarnation != self.incarnation:
+            _bad(
+                self.state_topic,
+                f"taken of an earlier topic of that name (incarnation {manifest.incarnation}, "
+                f"the topic's is {self.incarnation})",
+            )
+            return None
         if self._compacted_past(manifest):
             return None
         try:
@@ -632,6 +642,7 @@ class MapCheckpointer:
             stale_keys=stale,
             taken_ms=taken_ms,
             value_format=self._value_format(),
+            incarnation=self.incarnation or "",
         )
         if self._closed:
             raise CheckpointError("the map closed during its checkpoint")

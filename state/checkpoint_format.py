@@ -93,6 +93,8 @@ class Manifest:
     #: how the writer serialized values: ``json``, ``string``, ``binary`` (its
     #: serde guarantees valid JSON, UTF-8, any bytes) or ``custom``
     value_format: str = "custom"
+    #: the state topic's incarnation it was taken of (``""``: not known)
+    incarnation: str = ""
 
     def to_json(self) -> bytes:
         """The manifest's payload.
@@ -111,6 +113,7 @@ class Manifest:
                 "stale_keys": {k: str(v) for k, v in self.stale_keys.items()},
                 "taken_ms": self.taken_ms,
                 "value_format": self.value_format,
+                **({"incarnation": self.incarnation} if self.incarnation else {}),
             },
             separators=(",", ":"),
         ).encode()
@@ -145,6 +148,7 @@ class Manifest:
                 },
                 taken_ms=int(raw.get("taken_ms", 0)),
                 value_format=str(raw.get("value_format", "custom")),
+                incarnation=str(raw.get("incarnation", "")),
             )
         except (ValueError, TypeError, KeyError, AttributeError) as exc:  # -> CheckpointError
             raise CheckpointError(f"not a checkpoint manifest: {exc}") from exc

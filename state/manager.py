@@ -160,6 +160,8 @@ class SharedStateManager(Generic[S, Op]):
                 "StateConfig(ensure_retention=False) "
                 "if the namespace is already configured so"
             )
+        #: this incarnation of the topic (see PulsarAdmin.incarnation), when known
+        self.incarnation: str | None = None
         if self._admin is not None:
             self._admin.ensure_topic(self.topic)
             if self.config.ensure_retention:
@@ -175,6 +177,8 @@ class SharedStateManager(Generic[S, Op]):
                     self._admin.protect(
                         snapshot_topic(self.topic), compaction_threshold_bytes=1024 * 1024
                     )
+            # snapshots and checkpoints are bound to this incarnation of the topic
+            self.incarnation = self._admin.incarnation(self.topic)
             try:
                 self._admin.reap_subscriptions(self.topic, self.config.subscription_prefix)
             except PulsarStateError:
@@ -190,6 +194,8 @@ class SharedStateManager(Generic[S, Op]):
             else None
         )
         started = time.monotonic()
+        if self._snapshotter is not None:
+            self._snapshotter.incarnation = self.incarnation
         snapshot = self._snapshotter.load() if self._snapshotter is not None else None
         try:
             self._checkpointer = (
@@ -199,6 +205,8 @@ class SharedStateManager(Generic[S, Op]):
             self._executor.shutdown()
             raise
         loaded: LoadedCheckpoint | None = None
+        if self._checkpointer is not None:
+            self._checkpointer.incarnation = self.incarnation
         if snapshot is None and self._checkpointer is not None:
             loaded = self._checkpointer.load()
         #: where bootstrap started: "checkpoint", "snapshot" or "topic" (from the start)

@@ -36,6 +36,7 @@ S = TypeVar("S")
 _KEY = "__pss__/snapshot"
 _PROP_POSITION = "pss.snapshot.position"
 _PROP_EPOCH = "pss.snapshot.epoch"
+_PROP_INCARNATION = "pss.inc"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +77,9 @@ class Snapshotter(Generic[S]):
         #: the tailer's applied writes when the last snapshot was taken
         self.taken_at = 0
         self._too_large_warned = False
+        #: the state topic's incarnation (PulsarAdmin.incarnation): a snapshot
+        #: of another one (the topic deleted and made again) is not loaded
+        self.incarnation: str | None = None
 
     def load(self, timeout_ms: int = 10_000) -> Snapshot[S] | None:
         """The newest readable snapshot, or ``None`` (then replay from the start)."""
@@ -96,6 +100,17 @@ class Snapshotter(Generic[S]):
                 return None
             msg = reader.read_next(timeout_millis=timeout_ms)
             props = msg.properties()
+            theirs = props.get(_PROP_INCARNATION)
+            if theirs and self.incarnation and theirs != self.incarnation:
+                metrics.INVALID_MESSAGES.labels(self._state_topic, "foreign_snapshot").inc()
+                log.warning(
+                    "ignoring the snapshot of %s: it was taken of an earlier topic of that "
+                    "name (incarnation %s, the topic's is %s); replaying from the start",
+                    self._state_topic,
+                    theirs,
+                    self.incarnation,
+                )
+                return None
             position = Position.parse(props[_PROP_POSITION])
             epoch = int(props.get(_PROP_EPOCH, "0"))
             state = self._policy.deserialize(msg.data())
@@ -164,6 +179,7 @@ class Snapshotter(Generic[S]):
                     "pss.k": "snapshot",
                     _PROP_POSITION: str(position),
                     _PROP_EPOCH: str(epoch),
+                    **({_PROP_INCARNATION: self.incarnation} if self.incarnation else {}),
                 },
             )
         except pulsar.PulsarException as exc:

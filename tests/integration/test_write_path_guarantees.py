@@ -30,6 +30,7 @@ from typing import Any
 
 import pulsar
 import pytest
+import requests
 from harness import PulsarEndpoint, unique_topic
 
 from pulsar_state import (
@@ -334,3 +335,79 @@ def test_a_checkpoint_covers_writes_acknowledged_to_other_processes(
     finally:
         a.close()
         b.close()
+
+
+def _delete_topic(admin_url: str, topic: str) -> None:
+    path = topic.replace("persistent://", "persistent/")
+    resp = requests.delete(f"{admin_url}/admin/v2/{path}", params={"force": "true"}, timeout=30)
+    assert resp.status_code in (200, 204), resp.text
+
+
+def test_a_topic_made_again_does_not_bootstrap_from_the_deleted_ones_snapshot(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    """Defect 6: delete a state topic, make it again under the same name, and a
+    new manager bootstrapped from the deleted topic's snapshot (20, not 0).
+    Snapshots are bound to the topic's incarnation."""
+    topic = unique_topic("reborn")
+
+    def open_manager() -> SharedStateManager[dict[str, int], int]:
+        return (
+            SharedStateManager.builder(make_client(), topic, admin_url=admin_url)
+            .with_op_serializer(lambda op: str(op).encode())
+            .with_op_deserializer(int)
+            .with_database_initializer(lambda: {"n": 0})
+            .with_change_log_applier(lambda state, op: state.__setitem__("n", state["n"] + op))
+            .with_snapshots(
+                lambda state: str(state["n"]).encode(),
+                lambda data: {"n": int(data)},
+                every_writes=5,
+            )
+            .build()
+        )
+
+    first = open_manager()
+    try:
+        for _ in range(20):
+            first.write(lambda _s: [1]).result(timeout=30)
+    finally:
+        first.close()
+    again = open_manager()
+    try:
+        assert again.bootstrap_source == "snapshot"  # the same topic: its snapshot is used
+        assert again.read(lambda s: s["n"]).result() == 20
+    finally:
+        again.close()
+    _delete_topic(admin_url, again.topic)
+    reborn = open_manager()
+    try:
+        assert reborn.bootstrap_source == "topic"
+        assert reborn.read(lambda s: s["n"], latest=True).result(timeout=30) == 0
+    finally:
+        reborn.close()
+
+
+def test_a_map_made_again_does_not_load_the_deleted_ones_checkpoint(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    """Defect 6, for a map's checkpoints."""
+    topic = unique_topic("reborn-map")
+    m = PulsarMap[str, int](make_client(), topic, admin_url=admin_url)
+    try:
+        m.put_all({f"k{i}": i for i in range(20)}).result(timeout=30)
+        m.checkpoint().result(timeout=60)
+    finally:
+        m.close()
+    again = PulsarMap[str, int](make_client(), topic, admin_url=admin_url)
+    try:
+        assert again.manager.bootstrap_source == "checkpoint"
+        assert again.size().result() == 20
+    finally:
+        again.close()
+    _delete_topic(admin_url, again.topic)
+    reborn = PulsarMap[str, int](make_client(), topic, admin_url=admin_url)
+    try:
+        assert reborn.manager.bootstrap_source == "topic"
+        assert reborn.items(latest=True).result(timeout=30) == {}
+    finally:
+        reborn.close()
