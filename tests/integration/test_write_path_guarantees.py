@@ -31,7 +31,7 @@ from typing import Any
 import pulsar
 import pytest
 import requests
-from harness import PulsarEndpoint, unique_topic
+from harness import PulsarEndpoint, compact_topic, unique_topic, wait_until
 
 from pulsar_state import (
     PulsarMap,
@@ -39,6 +39,8 @@ from pulsar_state import (
     StateClosedError,
     StateConfig,
 )
+from pulsar_state.core.write.tenure import TenureState
+from pulsar_state.topic_format import write_message
 
 ClientFactory = Callable[[], pulsar.Client]
 
@@ -411,3 +413,39 @@ def test_a_map_made_again_does_not_load_the_deleted_ones_checkpoint(
         assert reborn.items(latest=True).result(timeout=30) == {}
     finally:
         reborn.close()
+
+
+def test_a_stale_write_is_repaired_before_anyone_writes_again(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    """Defect 5: ``k = 1`` is written; a fenced writer's late ``k = 2`` lands
+    after a newer epoch marker (every reader skips it); nobody writes; the
+    topic is compacted, which keeps the stale message as k's last. The repair
+    (re-asserting k = 1) waited for the holder's next write, so a map opened
+    after compaction saw k absent. It is made as soon as the stale write is
+    seen, by a map whose writer is idle."""
+    topic = unique_topic("stale-repair")
+    client = make_client()
+    m = PulsarMap[str, int](client, topic, admin_url=admin_url)
+    try:
+        m.put("k", 1).result(timeout=30)
+        writer = m.manager._writer
+        wait_until(  # the writer let the topic go (idle): another producer may append
+            lambda: writer.tenure.state is TenureState.IDLE, message="the writer let go"
+        )
+        late = client.create_producer(m.topic)
+        try:  # a fenced writer's late write: epoch 1, older than every marker since
+            stale = write_message("late-writer-1", "k", b"2", 1)
+            late.send(stale.payload, properties=stale.properties, partition_key=stale.key)
+        finally:
+            late.close()
+        wait_until(lambda: not m.manager._tailer.stale_keys, timeout_s=60, message="k repaired")
+        assert m.get("k").result() == 1
+    finally:
+        m.close()
+    compact_topic(admin_url, topic)
+    fresh = PulsarMap[str, int](make_client(), topic, admin_url=admin_url)
+    try:
+        assert fresh.get("k", latest=True).result(timeout=30) == 1
+    finally:
+        fresh.close()
