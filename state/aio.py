@@ -34,6 +34,7 @@ from typing import Any, Generic, Self, TypeVar
 
 from pulsar_state.aio_metadata import AsyncCoordinationService, AsyncMetadataStore
 from pulsar_state.checkpoint_format import Manifest as CheckpointManifest
+from pulsar_state.core.accelerator import Checkpoint
 from pulsar_state.futures import wrap
 from pulsar_state.manager import SharedStateManager
 from pulsar_state.map_watch import DEFAULT_MAX_PENDING, MapChange, MapWatch
@@ -108,11 +109,11 @@ class AsyncSharedStateManager(Generic[S, Op]):
         """
         return await wrap(self.sync.write(generator, reader, blind=blind))
 
-    async def checkpoint(self) -> CheckpointManifest:
+    async def checkpoint(self) -> Checkpoint:
         """Write a checkpoint of the state now (:meth:`SharedStateManager.checkpoint`, awaited).
 
         Returns:
-            The checkpoint's manifest.
+            The checkpoint's record (a map's: its manifest).
 
         Raises:
             ConfigurationError: if this manager keeps no checkpoints.

@@ -142,10 +142,23 @@ class CheckpointPolicy:
 
 @dataclass(frozen=True)
 class LoadedCheckpoint:
-    """A map read from a checkpoint: the state and what it covers."""
+    """A map read from a checkpoint: the state and what it covers
+    (:class:`~pulsar_state.core.accelerator.Loaded`)."""
 
     state: dict[Any, Any]
     manifest: Manifest
+
+    @property
+    def position(self) -> Position:
+        return self.manifest.position
+
+    @property
+    def epoch(self) -> int:
+        return self.manifest.epoch
+
+    @property
+    def stale_keys(self) -> dict[str, Position]:
+        return self.manifest.stale_keys
 
 
 def _message_id(position: Position) -> pulsar.MessageId:
@@ -484,12 +497,12 @@ class MapCheckpointer:
     def busy(self) -> bool:
         return self.running is not None
 
-    def due(self, applied_ops: int, keys: int) -> bool:
+    def due(self, applied_ops: int, state: dict[Any, Any]) -> bool:
         """Whether the holder should take a checkpoint now (cheap: no lock needed)."""
         return (
             not self._closed
             and not self.busy
-            and keys >= self.policy.min_keys
+            and len(state) >= self.policy.min_keys
             and applied_ops - self.taken_at_ops >= self._due_every
             and time.monotonic() - self._attempted_at >= self.policy.min_interval_s
         )

@@ -39,9 +39,8 @@ from pulsar_state import forks, futures, metrics
 from pulsar_state.admin import PulsarAdmin
 from pulsar_state.admin_endpoint import AdminEndpoint, resolve_admin
 from pulsar_state.callback_thread import CallbackFuture, CallbackThread
-from pulsar_state.checkpoint import LoadedCheckpoint, MapCheckpointer
-from pulsar_state.checkpoint_format import Manifest
 from pulsar_state.config import StateConfig
+from pulsar_state.core.accelerator import Checkpoint, Checkpoints, Loaded
 from pulsar_state.core.write.writer import Writer
 from pulsar_state.errors import (
     ConfigurationError,
@@ -119,7 +118,7 @@ class SharedStateManager(Generic[S, Op]):
         admin_tls_allow_insecure: bool = False,
         compactable: bool = False,
         snapshots: SnapshotPolicy[S] | None = None,
-        checkpointer: Callable[[str, PulsarAdmin | None], MapCheckpointer] | None = None,
+        checkpointer: Callable[[str, PulsarAdmin | None], Checkpoints[S]] | None = None,
     ) -> None:
         """``admin_url``: the admin API's URL, the shorthand of ``admin``, an
         :class:`~pulsar_state.admin_endpoint.AdminEndpoint` that also holds its
@@ -204,7 +203,7 @@ class SharedStateManager(Generic[S, Op]):
         except BaseException:
             self._executor.shutdown()
             raise
-        loaded: LoadedCheckpoint | None = None
+        loaded: Loaded[S] | None = None
         if self._checkpointer is not None:
             self._checkpointer.incarnation = self.incarnation
         if snapshot is None and self._checkpointer is not None:
@@ -217,8 +216,8 @@ class SharedStateManager(Generic[S, Op]):
         start_epoch = 0
         state: S
         if loaded is not None:
-            state = loaded.state  # type: ignore[assignment]  # a map's checkpoint: S is a dict
-            start, start_epoch = loaded.manifest.position, loaded.manifest.epoch
+            state = loaded.state
+            start, start_epoch = loaded.position, loaded.epoch
         elif snapshot is not None:
             state, start, start_epoch = snapshot.state, snapshot.position, snapshot.epoch
         else:
@@ -240,7 +239,7 @@ class SharedStateManager(Generic[S, Op]):
             self._executor.shutdown()
             raise StateTopicError(f"cannot read {self.topic}: {exc}") from exc
         if loaded is not None:
-            self._tailer.stale_keys.update(loaded.manifest.stale_keys)
+            self._tailer.stale_keys.update(loaded.stale_keys)
         self._tailer.start()
         try:
             self._tailer.catch_up(self.config.operation_timeout_s * 4)
@@ -436,7 +435,7 @@ class SharedStateManager(Generic[S, Op]):
 
     # -- checkpoints ----------------------------------------------------------
 
-    def checkpoint(self) -> Future[Manifest]:
+    def checkpoint(self) -> Future[Checkpoint]:
         """Write a checkpoint of the state now (see :mod:`pulsar_state.checkpoint`).
 
         Local state first catches up with the topic (every write acknowledged
@@ -459,7 +458,7 @@ class SharedStateManager(Generic[S, Op]):
         self.check_process()
         if self._checkpointer is None:
             raise ConfigurationError(f"the state of {self.topic} keeps no checkpoints")
-        result: CallbackFuture[Manifest] = CallbackFuture(self._callbacks)
+        result: CallbackFuture[Checkpoint] = CallbackFuture(self._callbacks)
         caught_up = self._executor.submit(self._tailer.catch_up, self.config.operation_timeout_s)
 
         def take(done: Future[Position]) -> None:
@@ -469,17 +468,17 @@ class SharedStateManager(Generic[S, Op]):
         futures.on_done(caught_up, result, take)
         return result
 
-    def _checkpoint_caught_up(self) -> Future[Manifest]:
+    def _checkpoint_caught_up(self) -> Future[Checkpoint]:
         checkpointer = self._checkpointer
         assert checkpointer is not None
         with self._tailer.lock:
             running = checkpointer.running
             if running is None:
                 # not automatic: always written, so its future gives a Manifest
-                return cast("Future[Manifest]", self._take_checkpoint_locked(checkpointer))
-        result: Future[Manifest] = Future()
+                return cast("Future[Checkpoint]", self._take_checkpoint_locked(checkpointer))
+        result: Future[Checkpoint] = Future()
 
-        def after_running(_done: Future[Manifest | None]) -> None:
+        def after_running(_done: Future[Any]) -> None:
             # the running one may predate this call: take a fresh one
             try:
                 futures.chain(self._checkpoint_caught_up(), result)
@@ -490,13 +489,13 @@ class SharedStateManager(Generic[S, Op]):
         return result
 
     def _take_checkpoint_locked(
-        self, checkpointer: MapCheckpointer, *, automatic: bool = False
-    ) -> Future[Manifest | None]:
+        self, checkpointer: Checkpoints[S], *, automatic: bool = False
+    ) -> Future[Any]:
         """Start a checkpoint of the state as applied now (under the state lock);
         an ``automatic`` one is not written if another holder's is newer."""
         tailer = self._tailer
         return checkpointer.take(
-            tailer.state,  # type: ignore[arg-type]
+            tailer.state,
             tailer.applied,
             tailer.epoch,
             tailer.stale_keys,
@@ -511,7 +510,7 @@ class SharedStateManager(Generic[S, Op]):
         tailer = self._tailer
         return checkpointer is not None and checkpointer.due(
             tailer.applied_ops,
-            len(tailer.state),  # type: ignore[arg-type]
+            tailer.state,
         )
 
     def _maybe_checkpoint(self) -> None:
@@ -523,11 +522,11 @@ class SharedStateManager(Generic[S, Op]):
         if not self._checkpoint_due():  # most publishes stop here
             return
         with tailer.lock:
-            if checkpointer.due(tailer.applied_ops, len(tailer.state)):  # type: ignore[arg-type]
+            if checkpointer.due(tailer.applied_ops, tailer.state):
                 self._take_checkpoint_locked(checkpointer, automatic=True)
 
     @property
-    def checkpointer(self) -> MapCheckpointer | None:
+    def checkpointer(self) -> Checkpoints[S] | None:
         """This manager's checkpoint writer and reader (``None``: no checkpoints)."""
         return self._checkpointer
 

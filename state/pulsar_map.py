@@ -42,7 +42,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from types import MappingProxyType
-from typing import Any, Generic, Self, TypeVar, overload
+from typing import Any, Generic, Self, TypeVar, cast, overload
 
 import pulsar
 
@@ -569,7 +569,8 @@ class PulsarMap(Generic[K, V]):
             PulsarStateError: through the future, when it could not be published
                 (the map is unaffected; bootstrap uses an older one or the topic).
         """
-        return self.manager.checkpoint()
+        # the map's checkpoints are MapCheckpointer's: their record is a Manifest
+        return cast("Future[Manifest]", self.manager.checkpoint())
 
     # -- watching -------------------------------------------------------------
 

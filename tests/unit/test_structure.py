@@ -156,3 +156,39 @@ def test_the_topic_name_check_sees_a_built_name(tmp_path: Path) -> None:
         'c = topic.removeprefix("persistent://")\n'
     )
     assert _built_topic_names(source) == [3, 4, 5]
+
+
+# -- the core is generic: it imports nothing of the map's ----------------------------
+
+#: the replicated state machine, generic in its state (issue #25)
+CORE_MODULES = ("manager.py", "tailer.py", "replay.py", "snapshot.py", "callback_thread.py")
+#: the map and its checkpoints: built on the core, never under it
+MAP_MODULES = (
+    "pulsar_state.pulsar_map",
+    "pulsar_state.checkpoint",
+    "pulsar_state.checkpoint_format",
+    "pulsar_state.map_op",
+    "pulsar_state.map_watch",
+)
+
+
+def _core_sources() -> list[Path]:
+    return [REPO / "state" / name for name in CORE_MODULES] + sorted(
+        (REPO / "state" / "core").glob("**/*.py")
+    )
+
+
+def test_the_core_imports_nothing_of_the_map() -> None:
+    """Snapshots and checkpoints plug into the core through
+    ``pulsar_state.core.accelerator``; before, the manager imported the map's
+    checkpointer and needed ``type: ignore`` to hand it a generic state."""
+    bad = []
+    for path in _core_sources():
+        package = "pulsar_state.core.write" if "write" in path.parts else "pulsar_state"
+        for module in sorted(_imported(path, package)):
+            if any(module == m or module.startswith(f"{m}.") for m in MAP_MODULES):
+                bad.append(f"{path.relative_to(REPO)} imports {module}")
+        text = path.read_text(encoding="utf-8")
+        if "type: ignore" in text:
+            bad.append(f"{path.relative_to(REPO)} has a type: ignore")
+    assert not bad, "\n".join(bad)

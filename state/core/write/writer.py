@@ -514,8 +514,9 @@ class Writer(Generic[S, Op]):
 
     def _landed(self, request: WriteRequest[S, Op], position: Position) -> None:
         """The replay applied ``request``'s write at ``position`` (in landing order)."""
-        if futures.set_result(request.future, position):
+        if not request.future.done():  # counted before its caller can wake
             self._m_write_seconds.observe(time.monotonic() - request.submitted)
+        futures.set_result(request.future, position)
 
     def _trim_unsettled(self) -> None:
         """Forget the oldest sent writes that are applied (a cheap look, no lock)."""
