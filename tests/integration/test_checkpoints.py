@@ -217,9 +217,8 @@ def test_the_holder_checkpoints_by_itself_and_the_keeper_holds_the_newest(
             m.put(f"a{i % 700}", i).result(timeout=30)
         m.put("last", 0).result(timeout=60)
         expected["last"] = 0
-        # the first begins when due (400 ops and up to a tenth more: the direct
-        # path wakes the writer thread for it), not at the writer thread's next
-        # round of housekeeping
+        # the first begins when due (400 ops and up to a tenth more: the writer
+        # looks after each publish), not some rounds of housekeeping later
         assert first_seen_at is not None and first_seen_at <= 460, first_seen_at
         wait_until(
             lambda: checkpointer.written >= 3 and not checkpointer.busy,

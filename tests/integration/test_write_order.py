@@ -29,7 +29,7 @@ def test_one_threads_writes_land_in_the_order_it_made_them(
         m.put("k", -1).result(timeout=30)
         value = 0
         for _ in range(150):
-            first = m.put("k", value)  # direct: in flight
+            first = m.put("k", value)  # in flight
             queued = m.put("k", value + 1)  # queued: the writer thread takes it up
             first.result(timeout=30)
             # the writer thread may still hold the queued write, unsent
