@@ -76,11 +76,16 @@ def test_a_holder_hears_its_session_lost_while_its_admin_api_is_slow(
     pulsar_endpoint: PulsarEndpoint, slow_admin_url: str
 ) -> None:
     """A holds a lock; its admin API answers stats late; its session consumer
-    goes away (its connection lost). Another store expires A's session and
-    takes the lock. A's own-session check shared a thread with those slow
-    admin calls, so A still believed it held the lock seconds after B took it
-    (SESSION_LOST never came). A must stop believing it within a check of its
-    session timeout, whatever the admin API does."""
+    goes away. Another store expires A's session and takes the lock. A must
+    stop believing it holds the lock within its session timeout (plus a
+    check), however slow its admin API, and read who holds it linearizably.
+
+    Of issue #25's defect 9 this reproduces only the read (on the code before,
+    ``read_lock`` here answered ``None``): A's tailer still hears the expiry
+    delete its node, which ends its lock on the old code too. The holder that
+    loses its *whole* connection (tailer included) and waited on its own-session
+    check behind slow admin calls needs the client cut off (tests/faults/
+    network.py); the own-session check now has a thread of its own."""
     topic = unique_topic("slowadmin")
     path = f"/{unique_name('lock')}"
     client_a = pulsar.Client(
@@ -96,6 +101,9 @@ def test_a_holder_hears_its_session_lost_while_its_admin_api_is_slow(
         locks_b = CoordinationService[str](b)
         held = locks_a.acquire_lock(path, "a").result(timeout=30)
         assert held.held
+        # B holds a lock of its own: A's checker watches B's session through
+        # the (slow) admin API, so every round of it takes STATS_DELAY_S
+        locks_b.acquire_lock(f"{path}-b", "b").result(timeout=30)
         time.sleep(1.0)  # A's checker is now inside a slow stats call
         a._session.close()  # A's connection to the broker is gone
         cut_at = time.monotonic()
@@ -118,7 +126,7 @@ def test_a_holder_hears_its_session_lost_while_its_admin_api_is_slow(
         )
         # read from A's side, by default linearizable: B holds it
         assert locks_a.read_lock(path).result(timeout=30) == "b"
-        assert locks_a.list_locks("/").result(timeout=30) == [path.lstrip("/")]
+        assert path.lstrip("/") in locks_a.list_locks("/").result(timeout=30)
     finally:
         a.close()
         b.close()
