@@ -65,12 +65,6 @@ class CallbackThread:
                 return
         _call(fn, args)
 
-    @property
-    def ident(self) -> int | None:
-        """The thread's id once started (``None`` before)."""
-        thread = self._thread
-        return None if thread is None else thread.ident
-
     def close(self, timeout_s: float | None = None) -> None:
         """Run what was handed over, then end the thread (idempotent).
 

@@ -148,10 +148,6 @@ class Snapshotter(Generic[S]):
         """The snapshot's bytes (call under the state lock: nothing else happens here)."""
         return self._policy.serialize(state)
 
-    def write(self, state: S, position: Position, epoch: int) -> None:
-        """Encode and publish a snapshot (see :meth:`publish`)."""
-        self.publish(self.encode(state), position, epoch)
-
     def publish(self, data: bytes, position: Position, epoch: int) -> None:
         """Publish encoded state (asynchronously; a failure only costs a longer
         replay). Makes the producer on first use, a blocking client call: never

@@ -220,12 +220,6 @@ class Tailer(LogReplay[S, Op]):
                 time.sleep(backoff)
         raise AssertionError("unreachable")
 
-    def write_position(self, write_id: str) -> Position | None:
-        """Where a recent write was applied, if it was."""
-        with self.lock:
-            landed = self._recent.get(write_id)
-        return None if landed is None else Position(*landed)
-
     def repaired(self, keys: dict[str, Position], at: Position) -> None:
         """Forget stale keys that a repair written at ``at`` superseded."""
         with self.lock:
