@@ -16,7 +16,7 @@ import name                 folder
 
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 PACKAGE_DIRS = {
     "pulsar_state": "state",
@@ -48,12 +48,11 @@ setup(
     python_requires=">=3.11",
     # deploy/functions holds only the shipped function configs: a data package
     packages=[
-        *PACKAGE_DIRS,
-        "pulsar_state.cli",
-        "pulsar_state.core",
-        "pulsar_state.core.write",
-        "pulsar_state.deploy.functions",
-    ],
+        sub
+        for package, folder in PACKAGE_DIRS.items()
+        for sub in (package, *(f"{package}.{found}" for found in find_packages(folder)))
+    ]
+    + ["pulsar_state.deploy.functions"],
     package_dir=PACKAGE_DIRS,
     package_data={"pulsar_state": ["py.typed"], "pulsar_state.deploy.functions": ["*.yaml"]},
     include_package_data=True,

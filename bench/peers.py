@@ -57,7 +57,7 @@ from bench.local_server import BenchSetupError
 from bench.peer_clients import CHILD_ENV, CLIENT_MODULES, PULSAR_SYSTEMS, Peer, PeerSpec
 from bench.zookeeper_server import ZooKeeperServer
 from pulsar_state import BytesSerde
-from pulsar_state.admin import PulsarAdmin
+from pulsar_state.cluster.admin import PulsarAdmin
 from pulsar_state.errors import PulsarStateError
 from pulsar_state.topic_names import full_topic_name
 

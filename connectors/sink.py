@@ -60,7 +60,7 @@ from typing import Any
 
 from pulsar import Function
 
-from pulsar_state.admin_endpoint import AdminEndpoint
+from pulsar_state.cluster.endpoint import AdminEndpoint
 from pulsar_state.connectors.dead_letter import POISON_RECORDS, DeadLetters, read_key
 from pulsar_state.connectors.postgres_backend import PostgresBackend
 from pulsar_state.connectors.sql_backend import (
@@ -80,11 +80,11 @@ from pulsar_state.errors import (
     PoisonRecordError,
     PulsarStateError,
 )
-from pulsar_state.function_secrets import function_admin_headers
-from pulsar_state.function_tls import config_admin_endpoint, function_admin_endpoint
-from pulsar_state.instance_metrics import label_instance_metrics
+from pulsar_state.map.pulsar_map import MapOp, PulsarMap
 from pulsar_state.position import Position
-from pulsar_state.pulsar_map import MapOp, PulsarMap
+from pulsar_state.runtime.instance_metrics import label_instance_metrics
+from pulsar_state.runtime.secrets import function_admin_headers
+from pulsar_state.runtime.tls import config_admin_endpoint, function_admin_endpoint
 from pulsar_state.scheduling.in_order import InOrderGate, require_in_order
 
 __all__ = [
@@ -179,7 +179,7 @@ class SqlUpsertSink:
         trust (the runner's, config and command line merged); without it, the
         config's ``adminUrl`` with its ``tlsTrustCertsFilePath`` /
         ``tlsAllowInsecureConnection`` and, in a function, the ``adminToken`` secret
-        (:func:`~pulsar_state.function_tls.config_admin_endpoint`).
+        (:func:`~pulsar_state.runtime.tls.config_admin_endpoint`).
 
         Raises:
             ConfigurationError: a bad setting, before the database is touched.

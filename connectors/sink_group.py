@@ -22,7 +22,7 @@ partitioned topic writes.
 
 Timing. A runner that stops cleanly deletes its member node at once; one that
 dies (``kill -9``) loses it within ``sessionTimeoutS + sessionCheckIntervalS``
-(see :mod:`pulsar_state.metadata_store`). The leader (re-elected first if it
+(see :mod:`pulsar_state.metadata.store`). The leader (re-elected first if it
 was the one that died) then moves the dead runner's partitions in one write,
 and their new owners subscribe within about a second.
 
@@ -57,7 +57,7 @@ from typing import Any
 
 import pulsar
 
-from pulsar_state.admin_endpoint import AdminEndpoint
+from pulsar_state.cluster.endpoint import AdminEndpoint
 from pulsar_state.errors import (
     ConfigurationError,
     InvalidTopicNameError,
@@ -65,8 +65,8 @@ from pulsar_state.errors import (
     StateClosedError,
     StateTopicError,
 )
-from pulsar_state.metadata_store import MetadataStore
-from pulsar_state.pulsar_map import PulsarMap
+from pulsar_state.map.pulsar_map import PulsarMap
+from pulsar_state.metadata.store import MetadataStore
 from pulsar_state.scheduling.scheduler import Scheduler
 from pulsar_state.topic_names import full_topic_name, members_topic, parse_topic, partition_topic
 

@@ -59,16 +59,16 @@ import pulsar
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponential
 
 from pulsar_state.client_log import client_logger
-from pulsar_state.cluster_auth import ClusterAuth
+from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.connectors.dead_letter import DeadLetters, read_key
 from pulsar_state.connectors.sink import SinkRecord, SqlUpsertSink, record_metadata
 from pulsar_state.connectors.sink_group import LOCAL_KEYS, GroupSettings, SinkGroup
 from pulsar_state.connectors.sink_health import SINK_RECORDS, SinkHealth
 from pulsar_state.connectors.sql_backend import SinkDatabaseError
 from pulsar_state.errors import ConfigurationError, PoisonRecordError
-from pulsar_state.function_tls import admin_tls
+from pulsar_state.map.pulsar_map import PulsarMap
 from pulsar_state.position import Position
-from pulsar_state.pulsar_map import PulsarMap
+from pulsar_state.runtime.tls import admin_tls
 
 __all__ = ["AUTH_PARAMS", "AUTH_PLUGIN", "run_sink", "runner_auth"]
 

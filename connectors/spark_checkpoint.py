@@ -1,6 +1,6 @@
 """A ``pulsar_state`` Spark snapshot read from the map's newest checkpoint.
 
-When the map has a checkpoint (:mod:`pulsar_state.checkpoint`), a snapshot is
+When the map has a checkpoint (:mod:`pulsar_state.map.checkpoint`), a snapshot is
 planned on the driver as
 
 * the **tail**: the raw log after the checkpoint's position through the frozen
@@ -30,13 +30,13 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
-from pulsar_state.checkpoint import read_chunks, usable_manifest
-from pulsar_state.checkpoint_format import Manifest
 from pulsar_state.connectors.spark_options import SourceOptions
 from pulsar_state.connectors.spark_ranges import replay_changes
 from pulsar_state.connectors.spark_rows import arrow_batches
-from pulsar_state.pulsar_map import MapOp
-from pulsar_state.replay import AppliedWrite
+from pulsar_state.core.log.replay import AppliedWrite
+from pulsar_state.map.checkpoint.format import Manifest
+from pulsar_state.map.checkpoint.read import read_chunks, usable_manifest
+from pulsar_state.map.pulsar_map import MapOp
 
 __all__ = ["ChunkPartition", "TailPartition", "plan_from_checkpoint", "read_checkpoint_partition"]
 

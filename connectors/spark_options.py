@@ -27,11 +27,11 @@ from tenacity import (
     wait_exponential,
 )
 
-from pulsar_state.admin import topic_path
-from pulsar_state.admin_endpoint import AdminEndpoint
-from pulsar_state.cluster_auth import ClusterAuth
+from pulsar_state.cluster.admin import topic_path
+from pulsar_state.cluster.auth import ClusterAuth
+from pulsar_state.cluster.endpoint import AdminEndpoint
 from pulsar_state.errors import ConfigurationError, PulsarStateError
-from pulsar_state.map_op import MapCodec
+from pulsar_state.map.op import MapCodec
 from pulsar_state.position import Position
 from pulsar_state.retry import is_transient
 from pulsar_state.serde import BytesSerde, JsonSerde, Serde, StrKeySerde, StrSerde

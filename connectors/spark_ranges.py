@@ -16,9 +16,9 @@ from typing import Any
 import pulsar
 
 from pulsar_state.connectors.spark_options import SourceOptions
+from pulsar_state.core.log.replay import AppliedWrite, LogReplay
+from pulsar_state.map.pulsar_map import MapOp
 from pulsar_state.position import START, Position
-from pulsar_state.pulsar_map import MapOp
-from pulsar_state.replay import AppliedWrite, LogReplay
 from pulsar_state.retry import is_transient
 
 __all__ = ["Range", "plan_ranges", "replay_changes", "replay_range", "stream_end_epoch"]

@@ -12,8 +12,8 @@ from pyspark.sql.types import StructType
 
 from pulsar_state.connectors.spark_options import SourceOptions
 from pulsar_state.connectors.spark_ranges import Range, replay_range
-from pulsar_state.pulsar_map import MapOp
-from pulsar_state.replay import AppliedWrite
+from pulsar_state.core.log.replay import AppliedWrite
+from pulsar_state.map.pulsar_map import MapOp
 
 __all__ = ["ReadPartition", "arrow_batches", "changelog_batches"]
 

@@ -15,7 +15,7 @@ Modes (option ``mode``):
   by the driver (:mod:`~pulsar_state.connectors.spark_checkpoint`; option
   ``checkpoint=false`` turns that off); otherwise the compacted view plus the
   raw tail. Tombstones, duplicates and stale (fenced) writes are dropped by
-  the state core's own replay (:class:`~pulsar_state.replay.LogReplay`), so
+  the state core's own replay (:class:`~pulsar_state.core.log.replay.LogReplay`), so
   the result equals what a ``PulsarMap`` sees at that position.
 * ``changelog``: every applied change (``change_type`` ``put``/``delete``) with
   its ``position`` (a token the core's ``read(at_least=...)`` takes), its
@@ -33,7 +33,7 @@ Other options: ``valueFormat`` (``json``: the value as JSON text, validated;
 ``publish_time`` to snapshots), ``authToken`` (JWT) or ``authPlugin`` and
 ``authParams`` (token, basic, tls client certificate), ``tlsTrustCertsFilePath``,
 ``tlsAllowInsecureConnection`` and ``tlsEnableHostnameVerification`` (spelled as
-in Pulsar's ``client.conf``; one :class:`~pulsar_state.cluster_auth.ClusterAuth`
+in Pulsar's ``client.conf``; one :class:`~pulsar_state.cluster.auth.ClusterAuth`
 for every client and admin call), ``numPartitions`` (a
 snapshot: split keys by hash across tasks, each task reads the topic; a
 changelog: that many disjoint ranges of whole entries read in parallel, by
@@ -83,9 +83,9 @@ from pulsar_state.connectors.spark_stream import (
     PulsarStateParallelStreamReader,
     PulsarStateStreamReader,
 )
+from pulsar_state.core.log.replay import AppliedWrite
+from pulsar_state.map.pulsar_map import MapOp
 from pulsar_state.position import Position
-from pulsar_state.pulsar_map import MapOp
-from pulsar_state.replay import AppliedWrite
 
 __all__ = ["PulsarStateDataSource", "SourceOptions"]
 

@@ -20,9 +20,9 @@ from pyspark.sql.types import StructType
 from pulsar_state.connectors.spark_options import SourceOptions
 from pulsar_state.connectors.spark_ranges import plan_ranges, replay_changes, stream_end_epoch
 from pulsar_state.connectors.spark_rows import ReadPartition, changelog_batches
+from pulsar_state.core.log.replay import AppliedWrite
+from pulsar_state.map.pulsar_map import MapOp
 from pulsar_state.position import START, Position
-from pulsar_state.pulsar_map import MapOp
-from pulsar_state.replay import AppliedWrite
 
 __all__ = ["PulsarStateParallelStreamReader", "PulsarStateStreamReader"]
 

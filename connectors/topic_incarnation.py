@@ -47,7 +47,7 @@ from urllib.parse import quote
 
 from prometheus_client import Counter
 
-from pulsar_state.admin_endpoint import AdminEndpoint
+from pulsar_state.cluster.endpoint import AdminEndpoint
 from pulsar_state.connectors.sql_backend import SinkDatabaseError
 from pulsar_state.errors import AdminUnreachableError, ConfigurationError
 from pulsar_state.position import Position

@@ -23,14 +23,14 @@ from pathlib import Path
 import pulsar
 
 from pulsar_state.client_log import client_logger
-from pulsar_state.cluster_auth import ClusterAuth
+from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.deploy.demo_functions import functions_demo
 from pulsar_state.deploy.function_ready import DeployedFunction
 from pulsar_state.deploy.narration import say, step
 from pulsar_state.deploy.rest_admin import PulsarAdminRest
 from pulsar_state.deploy.standalone import StandaloneBroker
 from pulsar_state.errors import ConfigurationError, PulsarStateError
-from pulsar_state.pulsar_map import PulsarMap
+from pulsar_state.map.pulsar_map import PulsarMap
 from pulsar_state.topic_names import full_topic_name
 
 __all__ = ["run_demo", "smoke_demo"]

@@ -18,7 +18,7 @@ import pulsar
 import yaml
 
 from pulsar_state.client_log import client_logger
-from pulsar_state.cluster_auth import ClusterAuth
+from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.connectors.sink import open_backend
 from pulsar_state.connectors.sql_backend import SinkDatabaseError
 from pulsar_state.deploy.function_package import build_function_package
@@ -27,9 +27,9 @@ from pulsar_state.deploy.functions_deploy import FUNCTIONS, _config_dir, _entry
 from pulsar_state.deploy.narration import say, step
 from pulsar_state.deploy.rest_admin import PulsarAdminRest
 from pulsar_state.errors import PulsarStateError
-from pulsar_state.function_secrets import ADMIN_TOKEN_SECRET
 from pulsar_state.functions.scheduler_member import SchedulerMember
-from pulsar_state.pulsar_map import PulsarMap
+from pulsar_state.map.pulsar_map import PulsarMap
+from pulsar_state.runtime.secrets import ADMIN_TOKEN_SECRET
 from pulsar_state.topic_names import full_topic_name
 
 __all__ = ["functions_demo"]

@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 
 import pulsar
 
-from pulsar_state.admin import PulsarAdmin, topic_path
-from pulsar_state.admin_endpoint import AdminEndpoint
+from pulsar_state.cluster.admin import PulsarAdmin, topic_path
+from pulsar_state.cluster.endpoint import AdminEndpoint
 from pulsar_state.deploy.errors import FunctionNotReadyError
 from pulsar_state.errors import ConfigurationError, PulsarStateError
 

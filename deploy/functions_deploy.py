@@ -23,7 +23,7 @@ does), so deploying needs no Java and no Pulsar distribution; ``cli`` runs the
 distribution's ``bin/pulsar-admin``. Both take the same ``--auth-*`` and
 ``--tls-*`` options (:func:`~pulsar_state.cli.options.auth_options`). The
 functions' own admin calls authenticate with the function secret
-``adminToken`` (:mod:`~pulsar_state.function_secrets`), which ``deploy``
+``adminToken`` (:mod:`~pulsar_state.runtime.secrets`), which ``deploy``
 fills in from ``--function-auth-token`` (default: the token it deploys with)
 unless the config's ``secrets`` set it.
 """
@@ -40,15 +40,15 @@ from typing import Any, Protocol
 
 import yaml
 
-from pulsar_state.cluster_auth import ClusterAuth
+from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.deploy.errors import PulsarAdminError
 from pulsar_state.deploy.function_package import build_function_package
 from pulsar_state.deploy.function_ready import DeployedFunction
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 from pulsar_state.deploy.rest_admin import PulsarAdminRest
 from pulsar_state.errors import ConfigurationError
-from pulsar_state.function_secrets import ADMIN_TOKEN_SECRET
-from pulsar_state.function_tls import TLS_TRUST_CERTS
+from pulsar_state.runtime.secrets import ADMIN_TOKEN_SECRET
+from pulsar_state.runtime.tls import TLS_TRUST_CERTS
 
 __all__ = [
     "ADMIN_CLIENTS",

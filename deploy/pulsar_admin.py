@@ -6,7 +6,7 @@ Java, is the REST client :class:`~pulsar_state.deploy.rest_admin.PulsarAdminRest
 
 Secrets stay off the command line: any user of the machine can read a
 process's arguments (``ps``), so the ``--auth-plugin`` / ``--auth-params`` of
-:class:`~pulsar_state.cluster_auth.ClusterAuth` (a JWT, a basic password) are
+:class:`~pulsar_state.cluster.auth.ClusterAuth` (a JWT, a basic password) are
 not passed as options. Each run writes them, as ``authPlugin`` / ``authParams``
 after the lines of the client config in use (``$PULSAR_CLIENT_CONF``, else the
 distribution's ``conf/client.conf``), into a ``client.conf`` of mode 0600 in a
@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pulsar_state.cluster_auth import ClusterAuth
+from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.deploy.distribution import PulsarDistribution
 from pulsar_state.deploy.errors import PulsarAdminError
 from pulsar_state.errors import ConfigurationError

@@ -36,9 +36,9 @@ from tenacity import (
     wait_exponential,
 )
 
-from pulsar_state.admin import refusal_reason
-from pulsar_state.admin_endpoint import AdminEndpoint
-from pulsar_state.cluster_auth import ClusterAuth
+from pulsar_state.cluster.admin import refusal_reason
+from pulsar_state.cluster.auth import ClusterAuth
+from pulsar_state.cluster.endpoint import AdminEndpoint
 from pulsar_state.deploy.errors import PulsarAdminError
 from pulsar_state.errors import AdminUnreachableError, ConfigurationError
 

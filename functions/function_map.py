@@ -9,12 +9,12 @@ its topic (infinite retention), and the map ensures retention only then.
 
 An ``https://`` admin URL whose certificate a private CA signs needs that CA:
 ``userConfig.tlsTrustCertsFilePath``, the PEM file as ``client.conf`` and the
-functions worker spell it (:mod:`pulsar_state.function_tls`; a path on the host
+functions worker spell it (:mod:`pulsar_state.runtime.tls`; a path on the host
 or pod where the instance runs). ``tlsAllowInsecureConnection: true`` checks no
 certificate (tests only). The token is the function's ``adminToken`` secret
-(:mod:`pulsar_state.function_secrets`); all three reach the map as one
-:class:`~pulsar_state.admin_endpoint.AdminEndpoint`
-(:func:`~pulsar_state.function_tls.function_admin_endpoint`).
+(:mod:`pulsar_state.runtime.secrets`); all three reach the map as one
+:class:`~pulsar_state.cluster.endpoint.AdminEndpoint`
+(:func:`~pulsar_state.runtime.tls.function_admin_endpoint`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any
 
 from pulsar_state.config import StateConfig
 from pulsar_state.errors import PermissionDeniedError
-from pulsar_state.function_secrets import ADMIN_TOKEN_SECRET
-from pulsar_state.function_tls import ADMIN_URL, function_admin_endpoint
-from pulsar_state.pulsar_map import PulsarMap
+from pulsar_state.map.pulsar_map import PulsarMap
+from pulsar_state.runtime.secrets import ADMIN_TOKEN_SECRET
+from pulsar_state.runtime.tls import ADMIN_URL, function_admin_endpoint
 from pulsar_state.topic_names import namespace_topic
 
 __all__ = ["ADMIN_URL", "function_topic", "open_function_map"]
@@ -45,7 +45,7 @@ def open_function_map(context: Any, key: str, default_name: str) -> PulsarMap[st
     """Open the function's map on :func:`function_topic` (call it where the instance runs).
 
     Its admin API (URL, ``adminToken`` secret, TLS trust) is
-    :func:`~pulsar_state.function_tls.function_admin_endpoint`'s.
+    :func:`~pulsar_state.runtime.tls.function_admin_endpoint`'s.
 
     Raises:
         ConfigurationError: a TLS setting is wrong (checked before anything connects).

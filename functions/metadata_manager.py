@@ -43,8 +43,8 @@ from pulsar import Function
 
 from pulsar_state.errors import PulsarStateError
 from pulsar_state.functions.function_map import open_function_map
-from pulsar_state.instance_metrics import label_instance_metrics
-from pulsar_state.pulsar_map import MapOp, PulsarMap
+from pulsar_state.map.pulsar_map import MapOp, PulsarMap
+from pulsar_state.runtime.instance_metrics import label_instance_metrics
 
 __all__ = ["FunctionMetadataManager", "RequestError", "validate_config", "validate_fqn"]
 

@@ -11,7 +11,7 @@ state: it finds the function's state topic without the caller knowing the
 layout (the function's ``userConfig.stateTopic`` from the admin API, else the
 stateful kit's default ``<name>-pss-state``; a deleted function's state stays
 readable under the default), keeps a read-only
-:class:`~pulsar_state.topic_view.TopicView` per state topic (no producer, no
+:class:`~pulsar_state.core.log.view.TopicView` per state topic (no producer, no
 subscription, no admin write) and reads each key after catching up with the
 topic, so an answer is never older than the query. Key ``K`` is the kit's
 ``counter/K`` if there is one, else ``state/K``.
@@ -32,7 +32,9 @@ from urllib.parse import quote
 
 import pulsar
 
-from pulsar_state.admin_endpoint import AdminEndpoint, resolve_admin
+from pulsar_state.cluster.endpoint import AdminEndpoint, resolve_admin
+from pulsar_state.core.log.replay import AppliedWrite
+from pulsar_state.core.log.view import TopicView
 from pulsar_state.errors import (
     ConfigurationError,
     NotFoundError,
@@ -40,12 +42,10 @@ from pulsar_state.errors import (
     StateTopicError,
     TopicNotFoundError,
 )
-from pulsar_state.map_op import MapCodec, MapOp, apply_map_op
+from pulsar_state.map.op import MapCodec, MapOp, apply_map_op
 from pulsar_state.position import Position
-from pulsar_state.replay import AppliedWrite
 from pulsar_state.serde import JsonSerde, StrKeySerde
 from pulsar_state.topic_names import function_state_topic
-from pulsar_state.topic_view import TopicView
 
 __all__ = [
     "FunctionNotFoundError",
@@ -125,7 +125,7 @@ class FunctionStateReader:
         timeout_s: float = 30.0,
     ) -> None:
         """``admin``: the admin API with its credentials and TLS trust (an
-        :class:`~pulsar_state.admin_endpoint.AdminEndpoint`), or ``admin_url``, a bare
+        :class:`~pulsar_state.cluster.endpoint.AdminEndpoint`), or ``admin_url``, a bare
         URL; one of them is required. Used for its own calls and its views'."""
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")

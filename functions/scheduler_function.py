@@ -50,8 +50,8 @@ from pulsar import Function
 
 from pulsar_state.functions.function_map import open_function_map
 from pulsar_state.functions.metadata_manager import validate_fqn
-from pulsar_state.instance_metrics import label_instance_metrics
-from pulsar_state.pulsar_map import MapOp, PulsarMap
+from pulsar_state.map.pulsar_map import MapOp, PulsarMap
+from pulsar_state.runtime.instance_metrics import label_instance_metrics
 from pulsar_state.scheduling.assignment import instance_ids
 from pulsar_state.scheduling.scheduler import publish_assignment
 

@@ -17,7 +17,7 @@ from typing import Any
 import pulsar
 
 from pulsar_state.config import StateConfig
-from pulsar_state.pulsar_map import PulsarMap
+from pulsar_state.map.pulsar_map import PulsarMap
 
 __all__ = ["SchedulerMember"]
 

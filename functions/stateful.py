@@ -47,9 +47,9 @@ from typing import Any
 from pulsar import Function
 
 from pulsar_state.functions.function_map import open_function_map
-from pulsar_state.instance_metrics import label_instance_metrics
+from pulsar_state.map.pulsar_map import MapOp, PulsarMap
 from pulsar_state.position import Position
-from pulsar_state.pulsar_map import MapOp, PulsarMap
+from pulsar_state.runtime.instance_metrics import label_instance_metrics
 from pulsar_state.scheduling.in_order import InOrderGate, redeliver_function, require_in_order
 from pulsar_state.topic_names import function_state_name
 

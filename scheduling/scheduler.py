@@ -2,7 +2,7 @@
 
 * **Members** (workers, or function instances acting as workers) register an
   ephemeral node ``<root>/members/<id>`` in a :class:`MetadataStore`; it goes
-  away when their session dies (see :mod:`pulsar_state.metadata_store`).
+  away when their session dies (see :mod:`pulsar_state.metadata.store`).
 * **Functions** are records ``<root>/functions/<tenant~ns~name>`` =
   ``{"parallelism": n}``.
 * **The leader** (``CoordinationService.become_leader`` on ``<root>/leader``)
@@ -28,9 +28,9 @@ from typing import Any
 
 from pulsar_state.coordination import CoordinationService, ResourceLock
 from pulsar_state.errors import PulsarStateError
-from pulsar_state.metadata_base import BaseMetadataStore
-from pulsar_state.metadata_state import Notification
-from pulsar_state.pulsar_map import MapOp, PulsarMap
+from pulsar_state.map.pulsar_map import MapOp, PulsarMap
+from pulsar_state.metadata.base import BaseMetadataStore
+from pulsar_state.metadata.tree import Notification
 from pulsar_state.scheduling.assignment import assign, instance_ids
 
 __all__ = ["Scheduler", "publish_assignment"]

@@ -1,6 +1,5 @@
 """pulsar-shared-state: consistent shared state on Apache Pulsar."""
 
-from pulsar_state.admin_endpoint import AdminEndpoint
 from pulsar_state.aio import (
     AsyncCoordinationService,
     AsyncMapWatch,
@@ -8,10 +7,12 @@ from pulsar_state.aio import (
     AsyncPulsarMap,
     AsyncSharedStateManager,
 )
-from pulsar_state.checkpoint import CheckpointPolicy
-from pulsar_state.checkpoint_format import Manifest as CheckpointManifest
+from pulsar_state.cluster.endpoint import AdminEndpoint
 from pulsar_state.config import StateConfig
 from pulsar_state.coordination import CoordinationService, LockEvent, ResourceLock
+from pulsar_state.core.builder import SharedStateManagerBuilder
+from pulsar_state.core.manager import SharedStateManager
+from pulsar_state.core.op_codec import OpCodec, SerializerCodec
 from pulsar_state.errors import (
     AdminUnreachableError,
     BadVersionError,
@@ -36,23 +37,24 @@ from pulsar_state.errors import (
     WriteFailedError,
     WriteInDoubtError,
 )
-from pulsar_state.manager import SharedStateManager, SharedStateManagerBuilder
-from pulsar_state.map_watch import MapChange, MapWatch
-from pulsar_state.memory_store import MemoryMetadataStore
-from pulsar_state.metadata_base import BaseMetadataStore
-from pulsar_state.metadata_cache import MetadataCache
-from pulsar_state.metadata_state import (
+from pulsar_state.map.checkpoint.format import Manifest as CheckpointManifest
+from pulsar_state.map.checkpoint.policy import CheckpointPolicy
+from pulsar_state.map.pulsar_map import MapOp, PulsarMap
+from pulsar_state.map.watch import MapChange, MapWatch
+from pulsar_state.metadata.base import BaseMetadataStore
+from pulsar_state.metadata.cache import MetadataCache
+from pulsar_state.metadata.memory import MemoryMetadataStore
+from pulsar_state.metadata.store import MetadataStore
+from pulsar_state.metadata.tree import (
     GetResult,
     Notification,
     NotificationType,
     SessionEvent,
     Stat,
 )
-from pulsar_state.metadata_store import MetadataStore
-from pulsar_state.op_codec import OpCodec, SerializerCodec
 from pulsar_state.position import Position
-from pulsar_state.pulsar_map import MapOp, PulsarMap
 from pulsar_state.retry import RetryPolicy
+from pulsar_state.moved import install as _install_moved_paths
 from pulsar_state.serde import BytesSerde, JsonSerde, KeySerde, Serde, StrKeySerde, StrSerde
 
 __all__ = [
@@ -122,3 +124,6 @@ __all__ = [
     "SessionLostError",
     "WatchOverflowError",
 ]
+
+# the import paths of modules that moved in 0.2 keep working for one release
+_install_moved_paths()

@@ -20,7 +20,7 @@ from typing import Any
 from harness import wait_until
 
 from pulsar_state import BaseMetadataStore, MetadataCache, NotFoundError
-from pulsar_state.metadata_state import parent_of
+from pulsar_state.metadata.tree import parent_of
 
 T = 60  # seconds per blocking call
 

@@ -18,7 +18,7 @@ from harness import (
 )
 from postgres_server import PostgresServer, start_server
 
-from pulsar_state.instance_metrics import unlabel_instance_metrics
+from pulsar_state.runtime.instance_metrics import unlabel_instance_metrics
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 

@@ -34,7 +34,7 @@ import requests
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.waiting_utils import wait_for_logs
 
-from pulsar_state.admin import topic_path as _topic_path
+from pulsar_state.cluster.admin import topic_path as _topic_path
 from pulsar_state.deploy.distribution import DEFAULT_PULSAR_VERSION
 from pulsar_state.deploy.standalone import StandaloneBroker
 
@@ -252,7 +252,7 @@ def pulsar_state_cli(
 
 def compact_topic(admin_url: str, topic: str, *, timeout_s: float = 90.0) -> None:
     """Compact ``topic`` through the admin API and wait until compaction succeeded."""
-    from pulsar_state.admin import PulsarAdmin  # noqa: PLC0415 - harness imports stay light
+    from pulsar_state.cluster.admin import PulsarAdmin  # noqa: PLC0415 - harness imports stay light
 
     admin = PulsarAdmin(admin_url)
     try:

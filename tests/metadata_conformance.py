@@ -32,7 +32,7 @@ from pulsar_state import (
     ResourceBusyError,
 )
 from pulsar_state.coordination import LockEvent
-from pulsar_state.metadata_state import SessionEvent
+from pulsar_state.metadata.tree import SessionEvent
 
 StoreFactory = Callable[[], BaseMetadataStore]
 

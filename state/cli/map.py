@@ -9,7 +9,7 @@ Values are JSON on the command line and in the output. URLs come from
 a JWT from ``--auth-token`` or ``PULSAR_AUTH_TOKEN``.
 
 ``get``, ``ls``, ``dump``, ``watch`` and ``diff`` are read-only (a
-:class:`~pulsar_state.topic_view.TopicView` or a non-durable Reader of the raw
+:class:`~pulsar_state.core.log.view.TopicView` or a non-durable Reader of the raw
 log): they create no topic, set no policy, open no producer, so a role with
 only the consume permission can run them; a missing topic is exit code 3.
 ``put``, ``delete`` and ``load`` open a :class:`PulsarMap`, which creates and
@@ -43,15 +43,15 @@ from pulsar_state.cli.options import (
     topic_callback,
 )
 from pulsar_state.config import StateConfig
+from pulsar_state.core.log.format import check_user_key, check_value_key
+from pulsar_state.core.log.replay import AppliedWrite
+from pulsar_state.core.log.view import TopicView
 from pulsar_state.core.write.entry_sender import entry_size
-from pulsar_state.map_op import MapCodec, MapOp, apply_map_op
-from pulsar_state.map_watch import ChangeTracker, LogFeed, MapChange, key_matcher
+from pulsar_state.map.op import MapCodec, MapOp, apply_map_op
+from pulsar_state.map.pulsar_map import PulsarMap
+from pulsar_state.map.watch import ChangeTracker, LogFeed, MapChange, key_matcher
 from pulsar_state.position import Position
-from pulsar_state.pulsar_map import PulsarMap
-from pulsar_state.replay import AppliedWrite
 from pulsar_state.serde import JsonSerde, StrKeySerde
-from pulsar_state.topic_format import check_user_key, check_value_key
-from pulsar_state.topic_view import TopicView
 
 __all__ = ["map_group"]
 

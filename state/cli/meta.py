@@ -10,7 +10,7 @@ writes the bytes as they are). URLs: ``--service-url``/``--admin-url`` or
 ``PULSAR_SERVICE_URL``/``PULSAR_ADMIN_URL``; a JWT: ``--auth-token`` or
 ``PULSAR_AUTH_TOKEN``.
 
-``get``, ``ls`` and ``watch`` are read-only (a :class:`~pulsar_state.topic_view.TopicView`):
+``get``, ``ls`` and ``watch`` are read-only (a :class:`~pulsar_state.core.log.view.TopicView`):
 no topic, session or policy is created or changed, so a role with only the
 consume permission can run them; a missing topic is exit code 3. They show
 the tree as written: an ephemeral node whose owner died stays until a live
@@ -44,7 +44,9 @@ from pulsar_state.cli.options import (
     topic_callback,
 )
 from pulsar_state.config import StateConfig
-from pulsar_state.metadata_state import (
+from pulsar_state.core.log.view import TopicView
+from pulsar_state.metadata.store import MetadataStore, _MetaCodec
+from pulsar_state.metadata.tree import (
     MetadataTree,
     MetaOp,
     Notification,
@@ -52,8 +54,6 @@ from pulsar_state.metadata_state import (
     validate_sequential_prefix,
     validate_subtree,
 )
-from pulsar_state.metadata_store import MetadataStore, _MetaCodec
-from pulsar_state.topic_view import TopicView
 
 __all__ = ["meta_group"]
 

@@ -15,13 +15,13 @@ from typing import Any, TypeVar
 import click
 import pulsar
 
-from pulsar_state.admin_endpoint import AdminEndpoint
 from pulsar_state.client_log import client_logger
-from pulsar_state.cluster_auth import ClusterAuth
+from pulsar_state.cluster.auth import ClusterAuth
+from pulsar_state.cluster.endpoint import AdminEndpoint
+from pulsar_state.core.log.view import TopicView
+from pulsar_state.core.op_codec import OpCodec
 from pulsar_state.errors import ConfigurationError, StateTopicError
-from pulsar_state.op_codec import OpCodec
 from pulsar_state.topic_names import full_topic_name
-from pulsar_state.topic_view import TopicView
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",

@@ -2,7 +2,7 @@
 
 Replaying a state topic from its start costs its whole history. A recipe may
 keep checkpoints of its state elsewhere (the map keeps columnar ones on a
-companion topic, :class:`~pulsar_state.checkpoint.MapCheckpointer`); the core
+companion topic, :class:`~pulsar_state.map.checkpoint.writer.MapCheckpointer`); the core
 loads the newest at start, replays only the tail after it, and asks, after
 each publish while it holds the topic, whether a new one is due. This module
 is the whole contract: the core imports nothing of the map's.

@@ -38,8 +38,8 @@ import yaml
 from harness import REPO_ROOT, TEST_BROKER_SETTINGS, pulsar_state_cli, wait_until
 
 from pulsar_state import PulsarMap, StateConfig
-from pulsar_state.admin import topic_path
-from pulsar_state.cluster_auth import ClusterAuth
+from pulsar_state.cluster.admin import topic_path
+from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.deploy.function_package import build_function_package
 from pulsar_state.deploy.function_ready import DeployedFunction
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli

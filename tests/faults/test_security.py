@@ -30,7 +30,7 @@ from pulsar_state import (
     StateConfig,
     StateTopicError,
 )
-from pulsar_state.admin import topic_path
+from pulsar_state.cluster.admin import topic_path
 from pulsar_state.deploy.standalone import StandaloneBroker
 from pulsar_state.deploy.token_auth import TokenAuthority
 from pulsar_state.functions.metadata_manager import FunctionMetadataManager

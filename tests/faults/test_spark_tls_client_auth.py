@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from tls_brokers import ClientAuthBroker, client_auth_standalone
 
 from pulsar_state import PulsarMap
-from pulsar_state.cluster_auth import ClusterAuth
+from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.connectors.spark_source import PulsarStateDataSource
 
 

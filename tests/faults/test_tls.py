@@ -35,7 +35,7 @@ from pulsar_state import (
     PulsarMap,
     PulsarStateError,
 )
-from pulsar_state.cluster_auth import ClusterAuth
+from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.connectors.sink import SinkRecord, SqlUpsertSink
 from pulsar_state.connectors.sink_runner import run_sink
 from pulsar_state.deploy.demo import _shared_state_demo

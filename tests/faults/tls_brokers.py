@@ -25,7 +25,7 @@ import trustme
 from cryptography.hazmat.primitives import serialization
 from harness import REPO_ROOT
 
-from pulsar_state.cluster_auth import ClusterAuth
+from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.deploy.standalone import StandaloneBroker
 from pulsar_state.deploy.token_auth import TokenAuthority
 

@@ -12,9 +12,9 @@ import pulsar
 from harness import unique_topic
 
 from pulsar_state.aio import AsyncPulsarMap, AsyncSharedStateManager
-from pulsar_state.map_watch import MapChange
+from pulsar_state.map.pulsar_map import MapOp
+from pulsar_state.map.watch import MapChange
 from pulsar_state.position import Position
-from pulsar_state.pulsar_map import MapOp
 
 
 def test_async_map_contains_size_transact_and_watch(client: pulsar.Client, admin_url: str) -> None:

@@ -24,7 +24,7 @@ from harness import REPO_ROOT, unique_topic
 from postgres_server import sql_rows
 
 from pulsar_state import PulsarMap
-from pulsar_state.cluster_auth import ClusterAuth
+from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.deploy.demo import _shared_state_demo
 from pulsar_state.deploy.standalone import StandaloneBroker
 from pulsar_state.deploy.token_auth import TokenAuthority

@@ -17,14 +17,14 @@ from harness import compact_topic, unique_topic, wait_until
 from prometheus_client import REGISTRY
 
 from pulsar_state import BytesSerde, CheckpointPolicy, JsonSerde, PulsarMap, StateConfig
-from pulsar_state.admin import PulsarAdmin
-from pulsar_state.checkpoint import KEEPER_SUBSCRIPTION
-from pulsar_state.checkpoint_format import (
+from pulsar_state.cluster.admin import PulsarAdmin
+from pulsar_state.map.checkpoint.format import (
     Manifest,
     chunk_properties,
     encode_chunks,
     manifest_properties,
 )
+from pulsar_state.map.checkpoint.writer import KEEPER_SUBSCRIPTION
 from pulsar_state.position import Position
 from pulsar_state.topic_names import checkpoint_topic
 
@@ -151,7 +151,7 @@ def test_a_checkpoint_cut_short_falls_back_to_the_one_before(
 
 
 def _manifest_position(client: pulsar.Client, topic: str) -> Any:
-    from pulsar_state.checkpoint import find_manifest  # noqa: PLC0415
+    from pulsar_state.map.checkpoint.read import find_manifest  # noqa: PLC0415
 
     found = find_manifest(client, topic, 10_000)
     assert found is not None
@@ -458,7 +458,7 @@ def test_a_holder_cut_short_points_back_to_the_newest_checkpoint_even_another_wr
     """B opened before A's checkpoint; B dies between its chunks and its manifest.
     Its orphan chunks must name A's manifest (they named none, and bootstrap replayed
     the whole topic, until fixed)."""
-    from pulsar_state.checkpoint import MapCheckpointer  # noqa: PLC0415
+    from pulsar_state.map.checkpoint.writer import MapCheckpointer  # noqa: PLC0415
 
     topic = unique_topic("ckpt-two-holders")
     with _open(make_client(), topic, admin_url) as b:

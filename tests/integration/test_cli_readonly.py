@@ -24,7 +24,7 @@ import pytest
 from harness import PulsarEndpoint, unique_topic
 
 from pulsar_state import MetadataStore, PulsarMap
-from pulsar_state.admin import topic_path
+from pulsar_state.cluster.admin import topic_path
 
 ENTRY_POINT = str(Path(sys.executable).parent / "pulsar-state")
 # a retention no state manager would ever set: a write by a read shows as a change

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from harness import PulsarEndpoint, unique_name, wait_until
 
-from pulsar_state.admin import PulsarAdmin
+from pulsar_state.cluster.admin import PulsarAdmin
 from pulsar_state.config import StateConfig
 from pulsar_state.connectors.sink import open_backend
 from pulsar_state.connectors.sql_backend import SinkDatabaseError
@@ -24,7 +24,7 @@ from pulsar_state.deploy.distribution import PulsarDistribution
 from pulsar_state.deploy.functions_deploy import FUNCTIONS, _config_dir
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 from pulsar_state.functions.scheduler_member import SchedulerMember
-from pulsar_state.pulsar_map import PulsarMap
+from pulsar_state.map.pulsar_map import PulsarMap
 
 #: the command a user runs: the console script installed next to this Python
 PULSAR_STATE = Path(sys.executable).with_name("pulsar-state")

@@ -13,7 +13,7 @@ from harness import PulsarEndpoint, unique_name, unique_topic, wait_until
 from lock_model import Node, check_lock_ownership
 
 from pulsar_state import BaseMetadataStore, MetadataStore
-from pulsar_state.metadata_state import SessionEvent
+from pulsar_state.metadata.tree import SessionEvent
 
 SESSION = {"session_timeout_s": 1.5, "session_check_interval_s": 0.25}
 

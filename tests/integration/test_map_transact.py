@@ -19,7 +19,7 @@ from harness import unique_topic, wait_until
 
 from pulsar_state import PulsarMap, StateConfig
 from pulsar_state.errors import TooManyOpsError
-from pulsar_state.pulsar_map import MapOp
+from pulsar_state.map.pulsar_map import MapOp
 
 
 def _open(client: pulsar.Client, topic: str, admin_url: str, **kw: Any) -> PulsarMap[str, Any]:

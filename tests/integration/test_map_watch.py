@@ -17,8 +17,8 @@ import pytest
 from harness import unique_topic, wait_until
 
 from pulsar_state import PulsarMap, WatchOverflowError
-from pulsar_state.map_op import MapCodec, MapOp
-from pulsar_state.map_watch import LogFeed, MapChange
+from pulsar_state.map.op import MapCodec, MapOp
+from pulsar_state.map.watch import LogFeed, MapChange
 from pulsar_state.position import START, Position
 from pulsar_state.serde import JsonSerde, StrKeySerde
 
@@ -180,7 +180,7 @@ def test_a_raising_callback_is_logged_and_counted_not_fatal(
                 raise RuntimeError(f"no multiples of 3: {change.value}")
             got.append(change.value)
 
-        with caplog.at_level(logging.ERROR, logger="pulsar_state.map_watch"):
+        with caplog.at_level(logging.ERROR, logger="pulsar_state.map.watch"):
             w = m.watch("n", picky)
             for i in range(1, 13):
                 m.put("n", i).result(30)

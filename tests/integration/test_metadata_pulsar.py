@@ -25,7 +25,7 @@ from pulsar_state import (
     MetadataStore,
     SessionLostError,
 )
-from pulsar_state.metadata_state import SessionEvent
+from pulsar_state.metadata.tree import SessionEvent
 
 SESSION = {"session_timeout_s": 2.0, "session_check_interval_s": 0.5}
 

@@ -25,7 +25,7 @@ from typing import ClassVar
 import pytest
 from harness import PulsarEndpoint
 
-from pulsar_state.cluster_auth import ClusterAuth
+from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 
 #: shaped like a JWT; the shared broker does not check it

@@ -19,7 +19,7 @@ import pytest
 from harness import PulsarEndpoint, unique_name, unique_topic, wait_until
 from postgres_server import sql_rows
 
-from pulsar_state.admin import PulsarAdmin
+from pulsar_state.cluster.admin import PulsarAdmin
 from pulsar_state.connectors.sink import SinkRecord, SqlUpsertSink, open_backend
 from pulsar_state.connectors.sql_backend import POSITIONS_TABLE
 from pulsar_state.connectors.topic_incarnation import TopicIncarnationError

@@ -16,7 +16,7 @@ from harness import PulsarEndpoint, compact_topic, unique_topic, wait_until
 from pyspark.sql import DataFrame, SparkSession
 
 from pulsar_state import PulsarMap
-from pulsar_state.admin import PulsarAdmin, topic_path
+from pulsar_state.cluster.admin import PulsarAdmin, topic_path
 from pulsar_state.connectors.spark_source import (
     PulsarStateDataSource,
     SourceOptions,
@@ -636,7 +636,7 @@ def test_a_broken_checkpoint_falls_back_to_the_topic(
     make_client: ClientFactory,
     filled_map: tuple[str, dict[str, Any]],
 ) -> None:
-    from pulsar_state.checkpoint_format import chunk_properties, encode_chunks  # noqa: PLC0415
+    from pulsar_state.map.checkpoint.format import chunk_properties, encode_chunks  # noqa: PLC0415
     from pulsar_state.topic_names import checkpoint_topic  # noqa: PLC0415
 
     topic, expected = filled_map

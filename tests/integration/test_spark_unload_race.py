@@ -28,7 +28,7 @@ import requests
 from harness import PulsarEndpoint, range_rows, unique_topic, unload_storm
 
 from pulsar_state import PulsarMap
-from pulsar_state.admin import topic_path
+from pulsar_state.cluster.admin import topic_path
 from pulsar_state.connectors.spark_options import SourceOptions
 from pulsar_state.position import Position
 

@@ -27,8 +27,8 @@ from pulsar_state import (
     StateConfig,
     ValueTooLargeError,
 )
-from pulsar_state.admin import PulsarAdmin, topic_path
 from pulsar_state.aio import AsyncSharedStateManager
+from pulsar_state.cluster.admin import PulsarAdmin, topic_path
 
 ClientFactory = Callable[[], pulsar.Client]
 

@@ -23,7 +23,7 @@ from harness import PulsarEndpoint, unique_topic
 from prometheus_client import REGISTRY
 
 from pulsar_state import BadVersionError, MetadataStore, PulsarMap, StateConfig
-from pulsar_state.topic_format import PROP_KIND, Kind
+from pulsar_state.core.log.format import PROP_KIND, Kind
 
 PROCESSES = 4
 INCREMENTS = 150

@@ -10,10 +10,10 @@ import pytest
 from harness import PulsarEndpoint, unique_topic, wait_until
 
 from pulsar_state import PulsarMap, StateTopicError, TopicNotFoundError
-from pulsar_state.admin import PulsarAdmin, topic_path
-from pulsar_state.map_op import MapCodec, MapOp, apply_map_op
+from pulsar_state.cluster.admin import PulsarAdmin, topic_path
+from pulsar_state.core.log.view import TopicView
+from pulsar_state.map.op import MapCodec, MapOp, apply_map_op
 from pulsar_state.serde import JsonSerde, StrKeySerde
-from pulsar_state.topic_view import TopicView
 
 
 def _view(client: pulsar.Client, ep: PulsarEndpoint, topic: str) -> TopicView[Any, Any]:

@@ -39,8 +39,8 @@ from pulsar_state import (
     StateClosedError,
     StateConfig,
 )
+from pulsar_state.core.log.format import write_message
 from pulsar_state.core.write.tenure import TenureState
-from pulsar_state.topic_format import write_message
 
 ClientFactory = Callable[[], pulsar.Client]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from pulsar_state import AdminEndpoint, ConfigurationError
-from pulsar_state.admin_endpoint import resolve_admin
-from pulsar_state.cluster_auth import ClusterAuth
+from pulsar_state.cluster.auth import ClusterAuth
+from pulsar_state.cluster.endpoint import resolve_admin
 
 
 def _files(tmp_path: Path) -> tuple[str, str, str]:

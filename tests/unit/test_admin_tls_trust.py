@@ -24,10 +24,10 @@ import certifi
 import pytest
 import trustme
 
-import pulsar_state.admin as admin_module
+import pulsar_state.cluster.admin as admin_module
 from pulsar_state import AdminUnreachableError, ConfigurationError
-from pulsar_state.admin import PulsarAdmin
-from pulsar_state.cluster_auth import ClusterAuth
+from pulsar_state.cluster.admin import PulsarAdmin
+from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.deploy.rest_admin import PulsarAdminRest
 
 
@@ -89,7 +89,7 @@ def test_an_untrusted_certificate_fails_at_once_and_names_the_setting(
 
 
 def test_a_missing_trust_file_is_a_configuration_error() -> None:
-    from pulsar_state.admin import tls_verify  # noqa: PLC0415
+    from pulsar_state.cluster.admin import tls_verify  # noqa: PLC0415
 
     with pytest.raises(ConfigurationError, match="is not a file"):
         tls_verify("/nonexistent/ca.pem")
@@ -117,7 +117,7 @@ def test_allow_insecure_skips_the_check_and_says_so_once(
     auth = ClusterAuth(tls_allow_insecure=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an InsecureRequestWarning would fail the call
-        with caplog.at_level(logging.WARNING, logger="pulsar_state.admin"):
+        with caplog.at_level(logging.WARNING, logger="pulsar_state.cluster.admin"):
             core = PulsarAdmin(url, verify=auth.requests_verify(), retry_s=5)
             deploy = PulsarAdminRest.with_auth(url, auth)
             try:

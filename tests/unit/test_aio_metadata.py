@@ -12,8 +12,8 @@ import pytest
 from pulsar_state.aio import AsyncCoordinationService, AsyncMetadataStore
 from pulsar_state.coordination import CoordinationService
 from pulsar_state.errors import BadVersionError
-from pulsar_state.memory_store import MemoryMetadataStore
-from pulsar_state.metadata_state import Notification
+from pulsar_state.metadata.memory import MemoryMetadataStore
+from pulsar_state.metadata.tree import Notification
 
 
 def test_async_metadata_twins() -> None:

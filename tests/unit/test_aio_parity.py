@@ -16,9 +16,9 @@ import pytest
 
 from pulsar_state import aio
 from pulsar_state.coordination import CoordinationService
-from pulsar_state.manager import SharedStateManager
-from pulsar_state.metadata_base import BaseMetadataStore
-from pulsar_state.pulsar_map import PulsarMap
+from pulsar_state.core.manager import SharedStateManager
+from pulsar_state.map.pulsar_map import PulsarMap
+from pulsar_state.metadata.base import BaseMetadataStore
 
 PAIRS: list[tuple[type[Any], type[Any]]] = [
     (PulsarMap, aio.AsyncPulsarMap),

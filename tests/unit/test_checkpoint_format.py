@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from pulsar_state import CheckpointError, CheckpointPolicy, ConfigurationError
-from pulsar_state.checkpoint_format import Manifest, decode_chunk, encode_chunks
+from pulsar_state.map.checkpoint.format import Manifest, decode_chunk, encode_chunks
 from pulsar_state.position import Position
 
 

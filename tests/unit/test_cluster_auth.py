@@ -8,7 +8,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from pulsar_state.cluster_auth import ClusterAuth
+from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.errors import ConfigurationError
 
 TOKEN_CLASS = "org.apache.pulsar.client.impl.auth.AuthenticationToken"

@@ -15,12 +15,8 @@ from pulsar_state import (
     StrKeySerde,
     StrSerde,
 )
-from pulsar_state.admin import topic_path
-from pulsar_state.errors import StateTopicError
-from pulsar_state.map_op import MapCodec, MapOp
-from pulsar_state.op_codec import SerializerCodec
-from pulsar_state.position import START
-from pulsar_state.topic_format import (
+from pulsar_state.cluster.admin import topic_path
+from pulsar_state.core.log.format import (
     COMMIT_KEY,
     EPOCH_KEY,
     commit_message,
@@ -30,6 +26,10 @@ from pulsar_state.topic_format import (
     op_message,
     parse_commit,
 )
+from pulsar_state.core.op_codec import SerializerCodec
+from pulsar_state.errors import StateTopicError
+from pulsar_state.map.op import MapCodec, MapOp
+from pulsar_state.position import START
 
 
 def test_positions_order_and_round_trip() -> None:
@@ -179,7 +179,7 @@ def test_bad_topics_are_refused(topic: str) -> None:
 
 def test_an_unreachable_admin_api_is_one_clear_retriable_error() -> None:
     from pulsar_state import AdminUnreachableError, PulsarStateError  # noqa: PLC0415
-    from pulsar_state.admin import PulsarAdmin  # noqa: PLC0415
+    from pulsar_state.cluster.admin import PulsarAdmin  # noqa: PLC0415
 
     admin = PulsarAdmin("http://127.0.0.1:1", timeout_s=0.2, retry_s=0.5)
     with pytest.raises(AdminUnreachableError, match="did not answer") as caught:

@@ -1,7 +1,7 @@
 """Every public method of the public API says what it returns and what it raises.
 
 The rule (issue 18, item 8), checked on every class ``pulsar_state`` exports
-(plus :class:`~pulsar_state.topic_view.TopicView`), for each public method or
+(plus :class:`~pulsar_state.core.log.view.TopicView`), for each public method or
 property it defines or inherits from a ``pulsar_state`` class:
 
 - it has a docstring (an override without one inherits its base's, as
@@ -33,8 +33,9 @@ from typing import Any
 import pytest
 
 import pulsar_state
-from pulsar_state import errors, metadata_state
-from pulsar_state.topic_view import TopicView
+from pulsar_state import errors
+from pulsar_state.core.log.view import TopicView
+from pulsar_state.metadata import tree as metadata_tree
 
 _EXTRA: list[type] = [TopicView]
 
@@ -118,7 +119,7 @@ def _section(doc: str, title: str) -> str | None:
 def _known_exception(name: str) -> bool:
     candidate = (
         getattr(errors, name, None)
-        or getattr(metadata_state, name, None)  # InvalidPathError (a ValueError)
+        or getattr(metadata_tree, name, None)  # InvalidPathError (a ValueError)
         or getattr(builtins, name, None)
     )
     return inspect.isclass(candidate) and issubclass(candidate, BaseException)

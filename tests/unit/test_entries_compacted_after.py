@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pulsar_state.admin import entries_compacted_after
+from pulsar_state.cluster.admin import entries_compacted_after
 from pulsar_state.position import Position
 
 

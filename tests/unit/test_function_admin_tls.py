@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pulsar_state import AdminEndpoint, ConfigurationError
-from pulsar_state.function_tls import AdminTls, admin_tls, config_admin_endpoint
+from pulsar_state.runtime.tls import AdminTls, admin_tls, config_admin_endpoint
 
 
 def test_nothing_set_trusts_the_system_cas() -> None:

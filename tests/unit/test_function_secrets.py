@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from pulsar_state.connectors.sql_backend import PASSWORD_ENV, database_password
 from pulsar_state.deploy.functions_deploy import render_config
-from pulsar_state.function_secrets import function_admin_headers
-from pulsar_state.instance_metrics import InstanceLabels
+from pulsar_state.runtime.instance_metrics import InstanceLabels
+from pulsar_state.runtime.secrets import function_admin_headers
 
 
 class _Context:

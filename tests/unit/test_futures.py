@@ -1,4 +1,4 @@
-"""pulsar_state.futures: completing futures that may be cancelled or done already."""
+"""pulsar_state.core.futures: completing futures that may be cancelled or done already."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from concurrent.futures import CancelledError, Future
 
 import pytest
 
-from pulsar_state import futures
+from pulsar_state.core import futures
 
 
 def test_completing_a_cancelled_or_done_future_is_skipped_without_raising() -> None:

@@ -194,7 +194,7 @@ class _Map:
     def transact(self, commit: Any) -> Any:
         from concurrent.futures import Future  # noqa: PLC0415
 
-        from pulsar_state.pulsar_map import MapOp  # noqa: PLC0415
+        from pulsar_state.map.pulsar_map import MapOp  # noqa: PLC0415
 
         for op in commit(dict(self.data)):
             if op.value is MapOp.DELETE:

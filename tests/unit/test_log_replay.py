@@ -9,10 +9,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from pulsar_state import JsonSerde, StrKeySerde
-from pulsar_state.map_op import MapCodec, apply_map_op
-from pulsar_state.position import Position
-from pulsar_state.replay import LogReplay, OwnEntry
-from pulsar_state.topic_format import (
+from pulsar_state.core.log.format import (
     OutgoingMessage,
     commit_message,
     epoch_message,
@@ -20,6 +17,9 @@ from pulsar_state.topic_format import (
     op_message,
     write_message,
 )
+from pulsar_state.core.log.replay import LogReplay, OwnEntry
+from pulsar_state.map.op import MapCodec, apply_map_op
+from pulsar_state.position import Position
 
 
 class _Message:

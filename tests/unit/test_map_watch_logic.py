@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from pulsar_state.map_watch import ChangeTracker, key_matcher
+from pulsar_state.map.pulsar_map import MapOp
+from pulsar_state.map.watch import ChangeTracker, key_matcher
 from pulsar_state.position import Position
-from pulsar_state.pulsar_map import MapOp
 from pulsar_state.serde import JsonSerde, StrKeySerde
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pulsar_state.cluster_auth import ClusterAuth
+from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.deploy.distribution import PulsarDistribution
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli, client_conf_line
 

@@ -17,7 +17,7 @@ from pulsar_state.functions.pulsar_context import (
 )
 from pulsar_state.functions.queryable_state import function_state
 from pulsar_state.functions.stateful import FunctionState
-from pulsar_state.pulsar_map import MapOp
+from pulsar_state.map.pulsar_map import MapOp
 
 STORED: dict[str, Any] = {
     "counter/apples": 5,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import requests
 
-from pulsar_state.admin import refusal_reason
+from pulsar_state.cluster.admin import refusal_reason
 
 
 def _response(status: int, body: str, content_type: str) -> requests.Response:

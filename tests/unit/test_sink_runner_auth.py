@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pulsar_state import ConfigurationError
-from pulsar_state.cluster_auth import ClusterAuth
+from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.connectors.sink_runner import runner_auth
 
 

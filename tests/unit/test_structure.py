@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -158,37 +159,130 @@ def test_the_topic_name_check_sees_a_built_name(tmp_path: Path) -> None:
     assert _built_topic_names(source) == [3, 4, 5]
 
 
-# -- the core is generic: it imports nothing of the map's ----------------------------
+# -- the layers of state/: each imports only its own and earlier ones ------------------
 
-#: the replicated state machine, generic in its state (issue #25)
-CORE_MODULES = ("manager.py", "tailer.py", "replay.py", "snapshot.py", "callback_thread.py")
-#: the map and its checkpoints: built on the core, never under it
-MAP_MODULES = (
-    "pulsar_state.pulsar_map",
-    "pulsar_state.checkpoint",
-    "pulsar_state.checkpoint_format",
-    "pulsar_state.map_op",
-    "pulsar_state.map_watch",
-)
+#: state/'s subpackages in the order they build on each other (docs/state.md,
+#: *The layout*); the top-level modules (errors, serde, config, ...) are the base.
+#: ``map`` and ``metadata`` stand side by side: neither imports the other.
+LAYERS = {
+    "base": 0,
+    "cluster": 1,
+    "core": 2,
+    "map": 3,
+    "metadata": 3,
+    "coordination": 4,
+    "aio": 5,
+    "runtime": 6,
+    "cli": 7,
+    "testing": 7,
+}
+#: the application layers may use the product's other folders
+APP_IMPORTS = {
+    "cli": ("deploy", "functions", "connectors"),
+    "testing": ("deploy",),
+}
+#: the core: generic in its state, no ``type: ignore`` (issue #25)
+CORE = REPO / "state" / "core"
 
 
-def _core_sources() -> list[Path]:
-    return [REPO / "state" / name for name in CORE_MODULES] + sorted(
-        (REPO / "state" / "core").glob("**/*.py")
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO / "state").with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(["pulsar_state", *parts])
+
+
+def _layer(module: str) -> str | None:
+    """The layer of a ``pulsar_state`` module; None for the package itself."""
+    parts = module.split(".")
+    if parts[0] != "pulsar_state" or len(parts) == 1:
+        return None
+    if parts[1] in LAYERS or parts[1] in FOLDERS.values() or parts[1] in APP_IMPORTS["cli"]:
+        return parts[1]
+    return "base"
+
+
+def _layer_crossings(paths: list[Path]) -> list[str]:
+    bad = []
+    for path in paths:
+        me = _module_name(path)
+        mine = _layer(me)
+        if mine is None:  # pulsar_state/__init__.py re-exports every layer
+            continue
+        package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom | ast.Import):
+                continue
+            for module in _imported_by(node, package):
+                theirs = _layer(module)
+                if theirs is None:
+                    bad.append(f"{me} imports the package root (import the module instead)")
+                elif theirs in APP_IMPORTS.get(mine, ()):
+                    continue
+                elif (
+                    theirs not in LAYERS
+                    or LAYERS[theirs] > LAYERS[mine]
+                    or (LAYERS[theirs] == LAYERS[mine] and theirs != mine)
+                ):
+                    bad.append(f"{me} [{mine}] imports {module} [{theirs}]")
+    return bad
+
+
+def _imported_by(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:
+    """The ``pulsar_state`` modules one import statement names.
+
+    ``from pulsar_state import forks`` names the module ``pulsar_state.forks``
+    (every name imported from the package root here is a module).
+    """
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names if a.name.startswith("pulsar_state")]
+    base = node.module or ""
+    if node.level:
+        parts = package.split(".")
+        parent = ".".join(parts[: len(parts) - node.level + 1])
+        base = f"{parent}.{base}" if base else parent
+    if base == "pulsar_state":
+        return [f"pulsar_state.{a.name}" for a in node.names]
+    return [base] if base.startswith("pulsar_state") else []
+
+
+def test_each_layer_imports_only_its_own_and_earlier_ones() -> None:
+    sources = _sources("state")
+    assert len(sources) > 60, "the scan found too few source files"
+    bad = _layer_crossings(sources)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_layer_check_sees_a_crossing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check itself: the core importing the map, the map importing the
+    metadata store (side by side), and a relative import upward are found."""
+    fake = tmp_path / "state"
+    (fake / "core").mkdir(parents=True)
+    (fake / "map").mkdir()
+    (fake / "core" / "manager.py").write_text(
+        "from pulsar_state.map.pulsar_map import PulsarMap\nfrom .. import errors\n"
     )
+    (fake / "map" / "watch.py").write_text(
+        "from pulsar_state.metadata.store import MetadataStore\n"
+        "from pulsar_state.core import futures\nfrom ..cli import map\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    bad = _layer_crossings(sorted(fake.glob("**/*.py")))
+    assert bad == [
+        "pulsar_state.core.manager [core] imports pulsar_state.map.pulsar_map [map]",
+        "pulsar_state.map.watch [map] imports pulsar_state.metadata.store [metadata]",
+        "pulsar_state.map.watch [map] imports pulsar_state.cli [cli]",
+    ]
 
 
-def test_the_core_imports_nothing_of_the_map() -> None:
+def test_the_core_has_no_type_ignore() -> None:
     """Snapshots and checkpoints plug into the core through
     ``pulsar_state.core.accelerator``; before, the manager imported the map's
     checkpointer and needed ``type: ignore`` to hand it a generic state."""
-    bad = []
-    for path in _core_sources():
-        package = "pulsar_state.core.write" if "write" in path.parts else "pulsar_state"
-        for module in sorted(_imported(path, package)):
-            if any(module == m or module.startswith(f"{m}.") for m in MAP_MODULES):
-                bad.append(f"{path.relative_to(REPO)} imports {module}")
-        text = path.read_text(encoding="utf-8")
-        if "type: ignore" in text:
-            bad.append(f"{path.relative_to(REPO)} has a type: ignore")
-    assert not bad, "\n".join(bad)
+    bad = [
+        str(path.relative_to(REPO))
+        for path in sorted(CORE.glob("**/*.py"))
+        if "type: ignore" in path.read_text(encoding="utf-8")
+    ]
+    assert not bad, "type: ignore in the core: " + ", ".join(bad)

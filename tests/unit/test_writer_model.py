@@ -45,15 +45,15 @@ import pulsar
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pulsar_state.callback_thread import CallbackThread
 from pulsar_state.config import StateConfig
+from pulsar_state.core.callback_thread import CallbackThread
+from pulsar_state.core.log.format import epoch_message
+from pulsar_state.core.log.replay import LogReplay
+from pulsar_state.core.op_codec import SerializerCodec
 from pulsar_state.core.write.writer import Writer
 from pulsar_state.errors import OperationTimeoutError, PulsarStateError, WriteInDoubtError
-from pulsar_state.op_codec import SerializerCodec
 from pulsar_state.position import Position
-from pulsar_state.replay import LogReplay
 from pulsar_state.retry import RetryPolicy
-from pulsar_state.topic_format import epoch_message
 
 TOPIC = "persistent://public/default/model"
 Op = tuple[str, str, int | None]  # key, write's own id, claim (None: a blind put)

@@ -18,11 +18,7 @@ from typing import TypeVar
 
 from pulsar_state import forks
 from pulsar_state.config import StateConfig
-from pulsar_state.core.write.entry_sender import entry_size
-from pulsar_state.errors import TooManyOpsError, ValueTooLargeError
-from pulsar_state.op_codec import OpCodec
-from pulsar_state.replay import OwnEntry
-from pulsar_state.topic_format import (
+from pulsar_state.core.log.format import (
     PROP_WRITE,
     OutgoingMessage,
     check_op_key,
@@ -30,6 +26,10 @@ from pulsar_state.topic_format import (
     op_messages,
     write_message,
 )
+from pulsar_state.core.log.replay import OwnEntry
+from pulsar_state.core.op_codec import OpCodec
+from pulsar_state.core.write.entry_sender import entry_size
+from pulsar_state.errors import TooManyOpsError, ValueTooLargeError
 
 __all__ = ["encode_write", "entry_messages", "own_entry"]
 
@@ -90,7 +90,7 @@ def entry_messages(
 
 
 def own_entry(messages: list[OutgoingMessage], write_ids: list[str], epoch: int) -> OwnEntry[Op]:
-    """The entry as :meth:`~pulsar_state.replay.LogReplay.apply_own` takes it:
+    """The entry as :meth:`~pulsar_state.core.log.replay.LogReplay.apply_own` takes it:
     the ops as every reader decodes them (by their message keys)."""
     op_msgs = messages if len(messages) == 1 else messages[:-1]
     return OwnEntry(

@@ -32,8 +32,8 @@ from typing import Any
 import _pulsar
 import pulsar
 
+from pulsar_state.core.log.format import MESSAGE_OVERHEAD_BYTES, OutgoingMessage
 from pulsar_state.position import Position
-from pulsar_state.topic_format import MESSAGE_OVERHEAD_BYTES, OutgoingMessage
 
 __all__ = ["Acks", "PublishFailedError", "entry_size", "send_entry"]
 

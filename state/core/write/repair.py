@@ -13,10 +13,10 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pulsar_state.callback_thread import CallbackFuture, CallbackThread
+from pulsar_state.core.callback_thread import CallbackFuture, CallbackThread
+from pulsar_state.core.log.tailer import Tailer
+from pulsar_state.core.op_codec import OpCodec
 from pulsar_state.core.write.request import WriteRequest
-from pulsar_state.op_codec import OpCodec
-from pulsar_state.tailer import Tailer
 
 __all__ = ["repair_request"]
 

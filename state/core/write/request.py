@@ -4,7 +4,7 @@ A request's ``write_id`` travels with the write on the topic, so after a lost
 tenure the writer can tell a write that landed after all (a timeout that was a
 success) from one that must run again.
 
-Its future is a :class:`~pulsar_state.callback_thread.CallbackFuture`: the log
+Its future is a :class:`~pulsar_state.core.callback_thread.CallbackFuture`: the log
 replay completes it, in landing order, when it applies the write; the user's
 done-callbacks run on the manager's callback thread.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from pulsar_state import forks
-from pulsar_state.callback_thread import CallbackFuture
+from pulsar_state.core.callback_thread import CallbackFuture
 from pulsar_state.position import Position
 
 __all__ = ["WriteRequest", "new_write_id"]

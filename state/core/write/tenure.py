@@ -47,6 +47,8 @@ import pulsar
 
 from pulsar_state import forks, metrics
 from pulsar_state.config import StateConfig
+from pulsar_state.core.log.format import epoch_message, epoch_of
+from pulsar_state.core.log.tailer import Tailer
 from pulsar_state.core.write.entry_sender import Acks, PublishFailedError, send_entry
 from pulsar_state.core.write.takeover import TakeoverLimiter
 from pulsar_state.errors import (
@@ -56,8 +58,6 @@ from pulsar_state.errors import (
     StateClosedError,
 )
 from pulsar_state.position import Position
-from pulsar_state.tailer import Tailer
-from pulsar_state.topic_format import epoch_message, epoch_of
 
 __all__ = ["Tenure", "TenureState", "TenureTransitionError"]
 

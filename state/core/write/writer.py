@@ -33,9 +33,13 @@ from typing import Any, Generic, TypeVar
 
 import pulsar
 
-from pulsar_state import futures, metrics
-from pulsar_state.callback_thread import CallbackFuture, CallbackThread
+from pulsar_state import metrics
 from pulsar_state.config import StateConfig
+from pulsar_state.core import futures
+from pulsar_state.core.callback_thread import CallbackFuture, CallbackThread
+from pulsar_state.core.log.tailer import Tailer
+from pulsar_state.core.op_codec import OpCodec
+from pulsar_state.core.snapshot import Snapshotter
 from pulsar_state.core.write.entry import encode_write, entry_messages, own_entry
 from pulsar_state.core.write.entry_sender import Acks, PublishFailedError, send_entry
 from pulsar_state.core.write.repair import repair_request
@@ -50,10 +54,7 @@ from pulsar_state.errors import (
     WriteFailedError,
     WriteInDoubtError,
 )
-from pulsar_state.op_codec import OpCodec
 from pulsar_state.position import Position
-from pulsar_state.snapshot import Snapshotter
-from pulsar_state.tailer import Tailer
 
 __all__ = ["Writer"]
 

@@ -1,0 +1,110 @@
+"""The asyncio twin of :class:`~pulsar_state.coordination.service.CoordinationService`."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Generic, TypeVar
+
+from pulsar_state.coordination import CoordinationService, ResourceLock
+from pulsar_state.core.futures import wrap
+
+__all__ = ["AsyncCoordinationService"]
+
+T = TypeVar("T")
+
+
+class AsyncCoordinationService(Generic[T]):
+    """``await``-able :class:`CoordinationService`."""
+
+    def __init__(self, service: CoordinationService[T]) -> None:
+        self.sync = service
+
+    async def acquire_lock(self, path: str, content: T) -> ResourceLock[T]:
+        """Take the lock at ``path`` now (:meth:`CoordinationService.acquire_lock`, awaited).
+
+        Returns:
+            The held :class:`ResourceLock`.
+
+        Raises:
+            TypeError, ValueError: for a bad path or content the serde cannot
+                serialize.
+            ResourceBusyError: when another session (or service) holds the lock.
+            SessionLostError: while the store's session is lost.
+            StateClosedError: once the service or its store is closed.
+            WriteFailedError, FencedError, PermissionDeniedError: as the store's
+                write fails.
+        """
+        return await wrap(self.sync.acquire_lock(path, content))
+
+    async def read_lock(self, path: str, *, latest: bool = True) -> T | None:
+        """The content of the lock at ``path`` (:meth:`CoordinationService.read_lock`, awaited).
+
+        Returns:
+            The holder's content, or ``None`` if the lock is free.
+
+        Raises:
+            TypeError, ValueError: for a path that is not a valid metadata path.
+            StateClosedError: once the store is closed.
+        """
+        return await wrap(self.sync.read_lock(path, latest=latest))
+
+    async def list_locks(self, path: str, *, latest: bool = True) -> list[str]:
+        """The locks held under ``path`` (:meth:`CoordinationService.list_locks`, awaited).
+
+        Returns:
+            The child names under ``path``.
+
+        Raises:
+            TypeError, ValueError: for a path that is not a valid metadata path.
+            StateClosedError: once the store is closed.
+        """
+        return await wrap(self.sync.list_locks(path, latest=latest))
+
+    async def become_leader(self, path: str, content: T) -> ResourceLock[T]:
+        """Wait until elected (:meth:`CoordinationService.become_leader`, awaited).
+
+        Returns:
+            The leadership :class:`ResourceLock`.
+
+        Raises:
+            TypeError, ValueError: for a bad path or content the serde cannot
+                serialize.
+            StateClosedError: when the service closes before this candidate is
+                elected.
+            WriteFailedError, FencedError, PermissionDeniedError: as the store's
+                write fails.
+        """
+        return await wrap(self.sync.become_leader(path, content))
+
+    async def get_next_counter_value(self, path: str) -> int:
+        """The counter's next value (:meth:`CoordinationService.get_next_counter_value`, awaited).
+
+        Returns:
+            The counter's new value (the first call gives 1).
+
+        Raises:
+            TypeError, ValueError: for a path that is not a valid metadata path.
+            StateClosedError: once the service or its store is closed.
+            WriteFailedError: after version conflicts on every allowed attempt (or
+                as the store's write fails).
+            FencedError, PermissionDeniedError: as the store's write fails.
+        """
+        return await wrap(self.sync.get_next_counter_value(path))
+
+    async def release(self, lock: ResourceLock[T]) -> None:
+        """Release ``lock`` (:meth:`ResourceLock.release`, awaited).
+
+        Raises:
+            StateClosedError: once the store is closed (``lock.lost`` completes
+                all the same).
+            WriteFailedError, FencedError, PermissionDeniedError: as the store's
+                write fails.
+        """
+        await wrap(lock.release())
+
+    async def close(self) -> None:
+        """Close the service (:meth:`CoordinationService.close`) in a worker thread.
+
+        Never raises: held locks are kept until the store's session ends.
+        """
+        await asyncio.to_thread(self.sync.close)

@@ -1,0 +1,97 @@
+"""Opening a state topic: protect it and its companions, then find where to start.
+
+A manager opens in two steps before it tails the topic:
+
+1. :func:`prepare_topics`, through the admin API: create the topic if missing,
+   protect it (infinite retention, no inactive deletion, a compaction threshold
+   for a keyed topic) and its snapshot topic, learn the topic's incarnation
+   (snapshots and checkpoints of another incarnation are not loaded), and reap
+   the subscriptions that dead managers left behind.
+2. :func:`find_start`: the newest snapshot, else the newest checkpoint (an
+   accelerator, :mod:`pulsar_state.core.accelerator`), else the initializer's
+   empty state from the start of the topic.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, Literal, TypeVar
+
+from pulsar_state.cluster.admin import PulsarAdmin
+from pulsar_state.config import StateConfig
+from pulsar_state.core.accelerator import Checkpoints, Loaded
+from pulsar_state.core.snapshot import Snapshotter
+from pulsar_state.errors import PulsarStateError
+from pulsar_state.position import Position
+from pulsar_state.topic_names import snapshot_topic
+
+__all__ = ["Start", "find_start", "prepare_topics"]
+
+log = logging.getLogger(__name__)
+
+S = TypeVar("S")
+
+#: the snapshot topic's compaction threshold (one key: any backlog compacts)
+SNAPSHOT_COMPACTION_BYTES = 1024 * 1024
+
+
+def prepare_topics(
+    admin: PulsarAdmin,
+    topic: str,
+    config: StateConfig,
+    *,
+    compactable: bool,
+    snapshots: bool,
+) -> str | None:
+    """Create and protect ``topic`` (and its snapshot topic when ``snapshots``),
+    reap stale subscriptions, and return the topic's incarnation."""
+    admin.ensure_topic(topic)
+    if config.ensure_retention:
+        admin.protect(
+            topic,
+            compaction_threshold_bytes=config.compaction_threshold_bytes if compactable else None,
+        )
+    if snapshots:
+        admin.ensure_topic(snapshot_topic(topic))
+        if config.ensure_retention:
+            admin.protect(
+                snapshot_topic(topic), compaction_threshold_bytes=SNAPSHOT_COMPACTION_BYTES
+            )
+    # snapshots and checkpoints are bound to this incarnation of the topic
+    incarnation = admin.incarnation(topic)
+    try:
+        admin.reap_subscriptions(topic, config.subscription_prefix)
+    except PulsarStateError:
+        log.debug("could not reap stale subscriptions on %s", topic, exc_info=True)
+    return incarnation
+
+
+@dataclass(frozen=True)
+class Start(Generic[S]):
+    """Where a manager starts tailing, and the state it starts from."""
+
+    state: S
+    #: the position the state includes (None: from the topic's start)
+    position: Position | None
+    epoch: int
+    #: "checkpoint", "snapshot" or "topic" (from the start)
+    source: Literal["checkpoint", "snapshot", "topic"]
+    #: the checkpoint it came from, if one
+    loaded: Loaded[S] | None
+
+
+def find_start(
+    initializer: Callable[[], S],
+    snapshotter: Snapshotter[S] | None,
+    checkpointer: Checkpoints[S] | None,
+) -> Start[S]:
+    """The newest snapshot, else the newest usable checkpoint, else the initializer's state."""
+    snapshot = snapshotter.load() if snapshotter is not None else None
+    if snapshot is not None:
+        return Start(snapshot.state, snapshot.position, snapshot.epoch, "snapshot", None)
+    loaded = checkpointer.load() if checkpointer is not None else None
+    if loaded is not None:
+        return Start(loaded.state, loaded.position, loaded.epoch, "checkpoint", loaded)
+    return Start(initializer(), None, 0, "topic", None)

@@ -1,0 +1,438 @@
+"""MetadataStore: PIP-45's metadata store on one Pulsar topic, through the state core.
+
+The tree (:mod:`pulsar_state.metadata.tree`) is the replicated state; each
+put or delete is a write whose generator checks the expected version against
+the latest tree, so compare-and-set is exact under any contention. The topic is
+keyed by path and compactable (a record per live path), like a ``PulsarMap``.
+
+Ephemeral nodes and sessions. Each store is a session. It proves it is alive
+the way Pulsar itself knows a client is: a consumer connected on the session's
+own subscription of ``<topic>-pss-sessions``. Every store checks, every
+``session_check_interval_s``, the owners of ephemeral nodes against the
+broker's list of connected consumers; an owner that has had none for
+``session_timeout_s`` is dead and its ephemeral nodes are deleted (by one
+compare-and-set write, which any number of checkers may race to make).
+
+Bound: a process that dies or closes its connection (``kill -9`` included: the
+kernel closes its sockets) loses its nodes within ``session_timeout_s +
+session_check_interval_s`` plus one write. A process cut off from the network
+without its socket closing is noticed by the broker's keep-alive first
+(``keepAliveIntervalSeconds``, 30 s by default, so up to about a minute more).
+Wall clocks are not involved beyond each checker's own monotonic timer.
+
+A store watches its own session the same way, from its side: its session
+consumer disconnected is ``CONNECTION_LOST``; still disconnected after
+``session_timeout_s`` is ``SESSION_LOST`` (others may have deleted its
+ephemeral nodes by then); connected again is ``RECONNECTED`` or
+``SESSION_REESTABLISHED``. The client reconnects the consumer by itself, with
+the same session id, so lock holders can revalidate their locks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+
+import pulsar
+
+from pulsar_state import forks
+from pulsar_state.cluster.endpoint import AdminEndpoint, resolve_admin
+from pulsar_state.config import DEFAULT_COMPACTION_THRESHOLD_BYTES, StateConfig
+from pulsar_state.core import futures
+from pulsar_state.core.log.tailer import AppliedWrite
+from pulsar_state.core.manager import SharedStateManager
+from pulsar_state.errors import (
+    ConfigurationError,
+    PulsarStateError,
+    SessionLostError,
+    StateClosedError,
+)
+from pulsar_state.metadata.base import BaseMetadataStore
+from pulsar_state.metadata.tree import (
+    GetResult,
+    MetadataTree,
+    MetaOp,
+    Notification,
+    Record,
+    SessionEvent,
+    Stat,
+    validate_key,
+    validate_path,
+    validate_subtree,
+)
+from pulsar_state.topic_names import sessions_topic
+
+__all__ = ["MetadataStore"]
+
+log = logging.getLogger(__name__)
+
+_SESSION_PREFIX = "session-"
+
+
+class _MetaCodec:
+    """Path -> record bytes; an empty payload deletes (compactable)."""
+
+    def encode(self, op: MetaOp) -> tuple[str | None, bytes]:
+        return op.path, b"" if op.record is None else op.record.to_bytes()
+
+    def decode(self, key: str, payload: bytes) -> MetaOp:
+        validate_key(key)
+        return MetaOp(key, Record.from_bytes(payload) if payload else None)
+
+    def repair(self, tree: MetadataTree, keys: set[str]) -> list[MetaOp]:
+        return [MetaOp(k, tree.record_of(k)) for k in sorted(keys)]
+
+
+class MetadataStore(BaseMetadataStore):
+    """A PIP-45 metadata store backed by a Pulsar topic. See the module docstring."""
+
+    def __init__(
+        self,
+        client: pulsar.Client,
+        topic: str,
+        *,
+        admin_url: str | None = None,
+        admin: AdminEndpoint | None = None,
+        admin_headers: dict[str, str] | None = None,
+        admin_tls_trust_cert_path: str | None = None,
+        admin_tls_allow_insecure: bool = False,
+        config: StateConfig | None = None,
+        session_timeout_s: float = 10.0,
+        session_check_interval_s: float = 1.0,
+    ) -> None:
+        """``admin_url`` (a URL) or ``admin`` (an
+        :class:`~pulsar_state.cluster.endpoint.AdminEndpoint` with credentials and TLS
+        trust): the admin API, required. ``admin_headers``,
+        ``admin_tls_trust_cert_path`` and ``admin_tls_allow_insecure`` are
+        deprecated: set them on the endpoint."""
+        endpoint = resolve_admin(
+            admin_url,
+            admin,
+            legacy={
+                "admin_headers": admin_headers,
+                "admin_tls_trust_cert_path": admin_tls_trust_cert_path,
+                "admin_tls_allow_insecure": admin_tls_allow_insecure,
+            },
+        )
+        if endpoint is None:
+            raise ConfigurationError(
+                "admin_url (or admin) is required (topic protection, session checks)"
+            )
+        if session_timeout_s <= 0 or session_check_interval_s <= 0:
+            raise ConfigurationError("session timeouts must be > 0")
+        super().__init__(session_id=uuid.uuid4().hex)
+        self.session_timeout_s = session_timeout_s
+        self.session_check_interval_s = session_check_interval_s
+        self._pending: list[Notification] = []
+        self._tokens = itertools.count(1)
+        self._closed = False
+        self.manager: SharedStateManager[MetadataTree, MetaOp] = SharedStateManager(
+            client=client,
+            topic=topic,
+            codec=_MetaCodec(),
+            initializer=MetadataTree,
+            applier=self._apply,
+            config=(config or StateConfig()).with_default_compaction(
+                DEFAULT_COMPACTION_THRESHOLD_BYTES
+            ),
+            admin=endpoint,
+            compactable=True,
+        )
+        self._pending.clear()  # bootstrap's changes are history, not news
+        self.manager.add_listener(self._on_write, inline=True)
+        self.sessions_topic = sessions_topic(self.manager.topic)
+        admin_client = self.manager.admin
+        assert admin_client is not None
+        self._client = client
+        try:
+            admin_client.ensure_topic(self.sessions_topic)
+            admin_client.protect(self.sessions_topic)
+            self._subscribe_session()
+        except (PulsarStateError, pulsar.PulsarException):
+            self.manager.close()
+            self._stop_dispatcher()
+            raise
+        self._dead_since: dict[str, float] = {}
+        self._own_down_since: float | None = None  # our session consumer disconnected
+        self._own_lost = False  # ...for the whole session timeout
+        self._stop = threading.Event()
+        self._checker = threading.Thread(
+            target=self._check_sessions, name=f"pss-sessions-{self.session_id[:8]}", daemon=True
+        )
+        self._checker.start()
+        # our own session on a thread of its own: the checker above makes admin
+        # calls that may be retried for tens of seconds while the broker is
+        # away, and a lock holder must hear SESSION_LOST in time regardless
+        self._own_watcher = threading.Thread(
+            target=self._watch_own_session_loop,
+            name=f"pss-own-session-{self.session_id[:8]}",
+            daemon=True,
+        )
+        self._own_watcher.start()
+
+    def _subscribe_session(self) -> None:
+        """(Re)open this session's consumer: the broker's proof that we are alive."""
+        self._session = forks.keep_in_children(
+            self._client.subscribe(
+                self.sessions_topic,
+                f"{_SESSION_PREFIX}{self.session_id}",
+                consumer_type=pulsar.ConsumerType.Exclusive,
+                receiver_queue_size=1,
+                properties={"pulsar-state-role": "session"},
+            )
+        )
+
+    # -- applying (tailer thread) -----------------------------------------------
+
+    def _apply(self, tree: MetadataTree, op: MetaOp) -> None:
+        self._pending.extend(tree.apply(op))
+
+    def _on_write(self, change: AppliedWrite[MetaOp]) -> None:
+        notes, self._pending = self._pending, []
+        self._notify(notes)
+
+    # -- reads --------------------------------------------------------------------
+
+    def get(self, path: str, latest: bool = False) -> Future[GetResult | None]:
+        validate_path(path)
+        return self.manager.read(lambda t: t.get(path), latest)
+
+    def get_children(self, path: str, latest: bool = False) -> Future[list[str]]:
+        validate_path(path)
+        return self.manager.read(lambda t: t.children(path), latest)
+
+    def exists(self, path: str, latest: bool = False) -> Future[bool]:
+        validate_path(path)
+        return self.manager.read(lambda t: path in t.nodes, latest)
+
+    def fencing_token(self, path: str) -> int | None:
+        record = self.manager.read(lambda t: t.nodes.get(path)).result()
+        return None if record is None else record.token
+
+    # -- writes -------------------------------------------------------------------
+
+    def _token(self) -> int:
+        return ((self.manager.epoch or 0) << 40) | next(self._tokens)
+
+    def put(
+        self,
+        path: str,
+        value: bytes,
+        expected_version: int | None = None,
+        *,
+        ephemeral: bool = False,
+        sequential: bool = False,
+    ) -> Future[Stat]:
+        if sequential:
+            self._check_sequential(path, value, expected_version)
+        else:
+            self._check_put(path, value, expected_version)
+        if ephemeral and self.session_state is SessionEvent.SESSION_LOST:
+            try:
+                self._check_session_for(ephemeral)
+            except SessionLostError as exc:  # others would delete it at once
+                return futures.failed(exc)
+        if sequential:
+            return self._put_sequential(path, bytes(value), ephemeral)
+        data = bytes(value)
+        planned: list[Record] = []  # one per run of the generator
+        owner = self.session_id if ephemeral else None
+
+        def gen(tree: MetadataTree) -> list[MetaOp]:
+            op = tree.plan_put(
+                path,
+                data,
+                expected_version,
+                int(time.time() * 1000),
+                owner=owner,
+                token=self._token(),
+            )
+            assert op.record is not None
+            planned.append(op.record)
+            return [op]
+
+        def stat(tree: MetadataTree) -> Stat:
+            # The generator may run more than once and a retried publish lands
+            # once: the first landing applies, later copies are skipped as
+            # duplicates. So report the run that is in the tree, not the last one
+            # (its token is the lock holder's identity).
+            current = tree.nodes.get(path)
+            if current is not None and any(current == r for r in planned):
+                return current.stat(path)
+            return planned[-1].stat(path)  # changed again since: nothing better to say
+
+        return self.manager.write(gen, stat)
+
+    def _put_sequential(self, prefix: str, data: bytes, ephemeral: bool) -> Future[Stat]:
+        planned: list[MetaOp] = []  # the node of each run of the generator
+        owner = self.session_id if ephemeral else None
+
+        def gen(tree: MetadataTree) -> list[MetaOp]:
+            # counter and node in one write, planned on the latest tree
+            ops = tree.plan_sequential(
+                prefix, data, int(time.time() * 1000), owner=owner, token=self._token()
+            )
+            planned.append(ops[-1])
+            return ops
+
+        def stat(tree: MetadataTree) -> Stat:
+            for op in planned:  # the run that landed (see put)
+                assert op.record is not None
+                if tree.nodes.get(op.path) == op.record:
+                    return op.record.stat(op.path)
+            last = planned[-1]
+            assert last.record is not None
+            return last.record.stat(last.path)
+
+        return self.manager.write(gen, stat)
+
+    def delete_recursive(self, path: str) -> Future[list[str]]:
+        validate_subtree(path)
+        deleted: list[list[str]] = []
+
+        def gen(tree: MetadataTree) -> list[MetaOp]:
+            ops = tree.plan_delete_recursive(path)
+            deleted.append([op.path for op in ops])
+            return ops
+
+        return self.manager.write(gen, lambda _tree: deleted[-1])
+
+    def delete(
+        self,
+        path: str,
+        expected_version: int | None = None,
+        *,
+        expected_owner: str | None = None,
+        expected_token: int | None = None,
+    ) -> Future[None]:
+        validate_path(path)
+
+        def gen(tree: MetadataTree) -> list[MetaOp]:
+            # checked on the latest tree inside the write: exact under contention
+            op = tree.plan_delete(
+                path,
+                expected_version,
+                expected_owner=expected_owner,
+                expected_token=expected_token,
+            )
+            return [op]
+
+        return self.manager.write(gen, lambda _tree: None)
+
+    # -- sessions -------------------------------------------------------------------
+
+    def _check_sessions(self) -> None:
+        admin = self.manager.admin
+        assert admin is not None
+        while not self._stop.wait(self.session_check_interval_s):
+            try:
+                owners = self.manager.read(lambda t: t.owners()).result() - {self.session_id}
+                if not owners:
+                    self._dead_since.clear()
+                    continue
+                subs = admin.stats(self.sessions_topic).get("subscriptions", {})
+                alive = {
+                    name[len(_SESSION_PREFIX) :]
+                    for name, sub in subs.items()
+                    if name.startswith(_SESSION_PREFIX) and sub.get("consumers")
+                }
+                now = time.monotonic()
+                for owner in owners:
+                    if owner in alive:
+                        self._dead_since.pop(owner, None)
+                        continue
+                    since = self._dead_since.setdefault(owner, now)
+                    if now - since >= self.session_timeout_s:
+                        self._expire(owner)
+                        self._dead_since.pop(owner, None)
+            except StateClosedError:
+                return
+            except Exception:
+                if not self._stop.is_set():
+                    log.warning("session check on %s failed", self.manager.topic, exc_info=True)
+
+    def _watch_own_session_loop(self) -> None:
+        """Look at our own session consumer often: no network call here, so a
+        slow admin API never delays SESSION_LOST."""
+        interval = min(self.session_check_interval_s, self.session_timeout_s / 4)
+        while not self._stop.wait(interval):
+            try:
+                self._watch_own_session()
+            except Exception:
+                log.warning("own session check on %s failed", self.manager.topic, exc_info=True)
+
+    def _watch_own_session(self) -> None:
+        """Turn our session consumer's connection into session events."""
+        try:
+            connected = bool(self._session.is_connected())
+        except Exception:
+            connected = False
+        now = time.monotonic()
+        if connected:
+            if self._own_down_since is not None:
+                back = (
+                    SessionEvent.SESSION_REESTABLISHED
+                    if self._own_lost
+                    else SessionEvent.RECONNECTED
+                )
+                self._own_down_since, self._own_lost = None, False
+                self._session_event(back)
+            return
+        if self._own_down_since is None:
+            self._own_down_since = now
+            self._session_event(SessionEvent.CONNECTION_LOST)
+        elif not self._own_lost and now - self._own_down_since >= self.session_timeout_s:
+            self._own_lost = True
+            self._session_event(SessionEvent.SESSION_LOST)
+
+    def _expire(self, owner: str) -> None:
+        """Delete every ephemeral node of a dead session (one atomic write)."""
+
+        def gen(tree: MetadataTree) -> list[MetaOp]:
+            return [tree.plan_delete(p, None) for p in tree.ephemeral_of(owner)]
+
+        self.manager.write(gen).result(timeout=self.manager.config.operation_timeout_s)
+        log.info("expired session %s on %s", owner, self.manager.topic)
+        admin = self.manager.admin
+        if admin is not None:
+            try:
+                admin.request(
+                    "DELETE",
+                    f"/admin/v2/{self.sessions_topic.replace('://', '/')}"
+                    f"/subscription/{_SESSION_PREFIX}{owner}",
+                )
+            except Exception:
+                log.debug("could not remove the subscription of %s", owner, exc_info=True)
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self.manager.check_process()  # not in a forked child: its session is the parent's
+        self._stop.set()
+        self._checker.join(timeout=5)
+        self._own_watcher.join(timeout=5)
+        try:  # a clean exit takes its ephemeral nodes along at once
+            self._expire_own()
+        except Exception:
+            log.warning(
+                "could not delete the ephemeral nodes of %s", self.session_id, exc_info=True
+            )
+        self._closed = True
+        try:
+            self._session.unsubscribe()
+        except pulsar.PulsarException:
+            log.debug("session unsubscribe failed", exc_info=True)
+        self.manager.close()
+        self._stop_dispatcher()
+
+    def _expire_own(self) -> None:
+        def gen(tree: MetadataTree) -> list[MetaOp]:
+            return [tree.plan_delete(p, None) for p in tree.ephemeral_of(self.session_id)]
+
+        self.manager.write(gen).result(timeout=self.manager.config.operation_timeout_s)
