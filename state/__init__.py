@@ -52,9 +52,9 @@ from pulsar_state.metadata.tree import (
     SessionEvent,
     Stat,
 )
+from pulsar_state.moved import install as _install_moved_paths
 from pulsar_state.position import Position
 from pulsar_state.retry import RetryPolicy
-from pulsar_state.moved import install as _install_moved_paths
 from pulsar_state.serde import BytesSerde, JsonSerde, KeySerde, Serde, StrKeySerde, StrSerde
 
 __all__ = [

@@ -1,6 +1,13 @@
 """Retry policy: a copyable value with attempts, deadline, backoff and jitter;
 and which Pulsar client errors are worth another try.
 
+One retry engine: every retry *loop* in the package runs on tenacity, built
+from a policy by :meth:`RetryPolicy.retrying` (its stop and wait are tenacity
+strategies, :meth:`RetryPolicy.stop` and :meth:`RetryPolicy.wait`). The write
+path is a state machine rather than a loop: its writer asks the same policy
+whether a write's budget is spent (:meth:`RetryPolicy.exhausted`) and how long
+to back off (:meth:`RetryPolicy.backoff_s`).
+
 Deadlines come from :func:`time.monotonic`; ``sleep`` is injectable for tests.
 """
 
@@ -12,6 +19,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pulsar
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    stop_after_attempt,
+    stop_after_delay,
+    stop_never,
+)
+from tenacity.retry import retry_base
+from tenacity.stop import stop_base
+from tenacity.wait import wait_base
 
 from pulsar_state.errors import ConfigurationError
 
@@ -79,3 +96,39 @@ class RetryPolicy:
         if self.max_attempts is not None and attempt >= self.max_attempts:
             return True
         return time.monotonic() - started >= self.deadline_s
+
+    def stop(self) -> stop_base:
+        """The policy's stop as a tenacity strategy: ``max_attempts`` or ``deadline_s``."""
+        attempts = (
+            stop_never if self.max_attempts is None else stop_after_attempt(self.max_attempts)
+        )
+        return attempts | stop_after_delay(self.deadline_s)
+
+    def wait(self) -> wait_base:
+        """The policy's backoff as a tenacity strategy (:meth:`backoff_s`)."""
+        return _PolicyWait(self)
+
+    def retrying(
+        self,
+        *,
+        retry: retry_base,
+        before_sleep: Callable[[RetryCallState], None] | None = None,
+    ) -> Retrying:
+        """A tenacity ``Retrying`` on this policy: tries while ``retry`` says so and
+        the policy allows, sleeping with :attr:`sleep`; the last error is re-raised."""
+        return Retrying(
+            stop=self.stop(),
+            wait=self.wait(),
+            retry=retry,
+            sleep=self.sleep,
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+
+
+class _PolicyWait(wait_base):
+    def __init__(self, policy: RetryPolicy) -> None:
+        self._policy = policy
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        return self._policy.backoff_s(retry_state.attempt_number)

@@ -9,11 +9,12 @@ expected version, and on ``BadVersionError`` read again and retry (bounded by a
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
+
+from tenacity import retry_if_exception_type
 
 from pulsar_state.errors import BadVersionError, NotFoundError, StateClosedError, WriteFailedError
 from pulsar_state.metadata.base import BaseMetadataStore
@@ -278,10 +279,11 @@ class MetadataCache(Generic[T]):
 
     def _rmw(self, path: str, fn: Callable[[Any], T], create: bool) -> T:
         validate_path(path)
-        started = time.monotonic()
-        attempt = 0
-        while True:
-            attempt += 1
+        attempts = 0
+
+        def attempt() -> T:
+            nonlocal attempts
+            attempts += 1
             with self._lock:
                 self._cache.pop(path, None)  # compare against the store, not the cache
             entry = self._load(path)
@@ -289,14 +291,14 @@ class MetadataCache(Generic[T]):
                 raise NotFoundError(f"{path} does not exist")
             current, version = entry if entry is not None else (None, -1)
             new = fn(current)
-            try:
-                return self._put(path, self.serde.serialize(new), version, new)
-            except BadVersionError:
-                if self.retry.exhausted(attempt, started):
-                    raise WriteFailedError(
-                        f"{path}: gave up after {attempt} version conflicts", attempts=attempt
-                    ) from None
-                self.retry.sleep(self.retry.backoff_s(attempt))
+            return self._put(path, self.serde.serialize(new), version, new)
+
+        try:
+            return self.retry.retrying(retry=retry_if_exception_type(BadVersionError))(attempt)
+        except BadVersionError:
+            raise WriteFailedError(
+                f"{path}: gave up after {attempts} version conflicts", attempts=attempts
+            ) from None
 
     def close(self) -> None:
         """Stop listening to the store and refuse later calls (idempotent).

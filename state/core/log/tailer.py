@@ -27,6 +27,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import pulsar
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay
 
 from pulsar_state import forks, metrics
 from pulsar_state.config import StateConfig
@@ -67,10 +68,6 @@ _PERMANENT_RESULTS = frozenset(
         pulsar.Result.TopicNotFound,
     }
 )
-
-
-def _permanent(exc: pulsar.PulsarException) -> bool:
-    return not is_transient(exc)
 
 
 class Tailer(LogReplay[S, Op]):
@@ -144,8 +141,8 @@ class Tailer(LogReplay[S, Op]):
             initial_backoff_s=0.05,
             max_backoff_s=1.0,
         )
-        started = time.monotonic()
-        for attempt in itertools.count(1):
+
+        def subscribe() -> pulsar.Consumer:
             self.subscription = f"{config.subscription_prefix}{uuid.uuid4().hex[:16]}"
             try:
                 return forks.keep_in_children(
@@ -166,14 +163,19 @@ class Tailer(LogReplay[S, Op]):
                     f"not permitted to consume {topic} ({exc}): grant the client's role the "
                     "consume permission"
                 ) from exc
-            except pulsar.PulsarException as exc:
-                if not is_transient(exc) or retry.exhausted(attempt, started):
-                    raise
-                log.warning(
-                    "subscribing to %s failed (%s), attempt %d; trying again", topic, exc, attempt
-                )
-                retry.sleep(retry.backoff_s(attempt))
-        raise AssertionError("unreachable")
+
+        def warn(state: RetryCallState) -> None:
+            log.warning(
+                "subscribing to %s failed (%s), attempt %d; trying again",
+                topic,
+                state.outcome.exception() if state.outcome else None,
+                state.attempt_number,
+            )
+
+        consumer: pulsar.Consumer = retry.retrying(
+            retry=retry_if_exception(is_transient), before_sleep=warn
+        )(subscribe)
+        return consumer
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -205,21 +207,23 @@ class Tailer(LogReplay[S, Op]):
         timeout); a permanent one (closed, not authorized) is raised at once.
         """
         self.check_usable()
-        deadline = time.monotonic() + (
-            self._config.operation_timeout_s if timeout_s is None else timeout_s
+        bound = self._config.operation_timeout_s if timeout_s is None else timeout_s
+
+        def ask() -> Position:
+            self.check_usable()
+            return Position.from_message_id(self._consumer.get_last_message_id())
+
+        retrying = Retrying(
+            stop=stop_after_delay(bound),
+            wait=_LAST_ID_RETRY.wait(),
+            retry=retry_if_exception(is_transient),
+            reraise=True,
         )
-        for attempt in itertools.count(1):
-            try:
-                return Position.from_message_id(self._consumer.get_last_message_id())
-            except pulsar.PulsarException as exc:
-                backoff = _LAST_ID_RETRY.backoff_s(attempt)
-                if _permanent(exc) or time.monotonic() + backoff > deadline:
-                    raise OperationTimeoutError(
-                        f"could not get the last message id: {exc}"
-                    ) from exc
-                self.check_usable()
-                time.sleep(backoff)
-        raise AssertionError("unreachable")
+        try:
+            position: Position = retrying(ask)
+        except pulsar.PulsarException as exc:
+            raise OperationTimeoutError(f"could not get the last message id: {exc}") from exc
+        return position
 
     def repaired(self, keys: dict[str, Position], at: Position) -> None:
         """Forget stale keys that a repair written at ``at`` superseded."""
