@@ -150,6 +150,12 @@ class _TransientError(Exception):
     pass
 
 
+#: answers that say the call was not served at all: sent again whatever its method
+_NOT_SERVED = (502, 503)
+#: answers after which only a read is sent again
+_RETRY_READS = (500, 307)
+
+
 class PulsarAdmin:
     """Minimal Pulsar admin REST client (``requests``), with auth headers if given."""
 
@@ -224,7 +230,12 @@ class PulsarAdmin:
         except (requests.ConnectionError, requests.Timeout) as exc:
             # every call made here is idempotent, so a timed-out one is re-sent
             raise _TransientError(str(exc)) from exc
-        if resp.status_code in (500, 502, 503, 307) and method == "GET":
+        # 502/503: the call was not served (a proxy without a broker behind it, a
+        # broker loading or handing over the topic): every call is sent again.
+        # 500 and a redirect: only a read, which changes nothing if it did run.
+        if resp.status_code in _NOT_SERVED or (
+            resp.status_code in _RETRY_READS and method == "GET"
+        ):
             raise _TransientError(f"{resp.status_code} {resp.text[:200]}")
         return resp
 

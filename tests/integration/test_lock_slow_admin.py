@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pulsar
 import pytest
-import requests
+from admin_proxy import AdminProxy, stats_only
 from harness import PulsarEndpoint, unique_name, unique_topic, wait_until
 
 from pulsar_state import CoordinationService, MetadataStore
@@ -20,56 +18,15 @@ SESSION = {"session_timeout_s": 2.0, "session_check_interval_s": 0.25}
 STATS_DELAY_S = 8.0
 
 
-def _slow_stats_proxy(target: str) -> tuple[ThreadingHTTPServer, str]:
-    """An admin API in front of ``target`` that answers topic stats late (a
-    loaded or failing-over broker); everything else passes at once."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def _forward(self) -> None:
-            if self.path.rstrip("/").endswith("/stats"):
-                time.sleep(STATS_DELAY_S)
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else None
-            headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
-            answer = requests.request(
-                self.command, target + self.path, data=body, headers=headers, timeout=60
-            )
-            self.send_response(answer.status_code)
-            for name in ("Content-Type",):
-                if name in answer.headers:
-                    self.send_header(name, answer.headers[name])
-            self.send_header("Content-Length", str(len(answer.content)))
-            self.end_headers()
-            self.wfile.write(answer.content)
-
-        def do_GET(self) -> None:
-            self._forward()
-
-        def do_PUT(self) -> None:
-            self._forward()
-
-        def do_POST(self) -> None:
-            self._forward()
-
-        def do_DELETE(self) -> None:
-            self._forward()
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}"
-
-
 @pytest.fixture
 def slow_admin_url(pulsar_endpoint: PulsarEndpoint) -> Iterator[str]:
-    server, url = _slow_stats_proxy(pulsar_endpoint.admin_url)
+    """An admin API in front of the broker's that answers topic stats late (a
+    loaded or failing-over broker); everything else passes at once."""
+    proxy = AdminProxy(pulsar_endpoint.admin_url, delay_s=STATS_DELAY_S, matches=stats_only)
     try:
-        yield url
+        yield proxy.url
     finally:
-        server.shutdown()
-        server.server_close()
+        proxy.close()
 
 
 def test_a_holder_hears_its_session_lost_while_its_admin_api_is_slow(
