@@ -41,7 +41,7 @@ from pulsar_state.cluster.endpoint import AdminEndpoint, resolve_admin
 from pulsar_state.config import StateConfig
 from pulsar_state.core import futures
 from pulsar_state.core.accelerator import Checkpoint, Checkpoints
-from pulsar_state.core.bootstrap import find_start, prepare_topics
+from pulsar_state.core.bootstrap import find_start, prepare_topics, tail
 from pulsar_state.core.callback_thread import CallbackFuture, CallbackThread
 from pulsar_state.core.checkpoint_trigger import CheckpointTrigger
 from pulsar_state.core.log.tailer import AppliedWrite, Tailer
@@ -52,7 +52,6 @@ from pulsar_state.errors import (
     ConfigurationError,
     OperationTimeoutError,
     PulsarStateError,
-    StateTopicError,
 )
 from pulsar_state.position import Position
 from pulsar_state.topic_names import full_topic_name
@@ -202,30 +201,17 @@ class SharedStateManager(Generic[S, Op]):
             raise
         #: where bootstrap started: "checkpoint", "snapshot" or "topic" (from the start)
         self.bootstrap_source = start.source
-        loaded = start.loaded
         try:
-            self._tailer: Tailer[S, Op] = Tailer(
+            self._tailer: Tailer[S, Op] = tail(
                 client=client,
                 topic=self.topic,
                 codec=codec,
                 applier=applier,
-                state=start.state,
                 config=self.config,
-                start=start.position,
-                start_epoch=start.epoch,
-                # after a checkpoint, the raw tail: a compacted one hides deletes
-                read_compacted=False if loaded is not None else None,
+                start=start,
+                start_over=lambda: find_start(initializer, self._snapshotter, None),
             )
-        except pulsar.PulsarException as exc:
-            self._executor.shutdown()
-            raise StateTopicError(f"cannot read {self.topic}: {exc}") from exc
-        if loaded is not None:
-            self._tailer.stale_keys.update(loaded.stale_keys)
-        self._tailer.start()
-        try:
-            self._tailer.catch_up(self.config.operation_timeout_s * 4)
         except BaseException:
-            self._tailer.close()
             self._executor.shutdown()
             raise
         self.bootstrap_s = time.monotonic() - started

@@ -449,3 +449,44 @@ def test_a_stale_write_is_repaired_before_anyone_writes_again(
         assert fresh.get("k", latest=True).result(timeout=30) == 1
     finally:
         fresh.close()
+
+
+def test_a_stale_write_compacted_before_any_repair_does_not_lose_the_key(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    """Defect 5, the rest of it: no map is open when a fenced writer's late
+    ``k = 2`` lands, so nobody repairs it before the topic is compacted.
+    Compaction keeps the stale message as k's last and drops ``k = 1``: the
+    compacted view shows k absent. A map opened then saw k absent, and its
+    repair published a delete, so k was lost for everyone. A bootstrap that
+    meets an unrepaired stale key in the compacted view reads the raw history
+    instead, where ``k = 1`` is; its repair then re-asserts 1."""
+    topic = unique_topic("stale-compacted")
+    client = make_client()
+    with PulsarMap[str, int](client, topic, admin_url=admin_url) as m:
+        m.put("k", 1).result(timeout=30)
+        m.put("other", 7).result(timeout=30)
+        full = m.topic
+    late = client.create_producer(full)
+    try:  # a fenced writer's late write: epoch 1, older than every marker since
+        stale = write_message("late-writer-1", "k", b"2", 1)
+        late.send(stale.payload, properties=stale.properties, partition_key=stale.key)
+    finally:
+        late.close()
+    compact_topic(admin_url, topic)
+    fresh = PulsarMap[str, int](make_client(), topic, admin_url=admin_url)
+    try:
+        assert fresh.items(latest=True).result(timeout=30) == {"k": 1, "other": 7}
+        # its writer repairs k (re-asserts 1) as soon as it sees the stale key
+        wait_until(lambda: not fresh.manager._tailer.stale_keys, timeout_s=60, message="k repaired")
+        assert fresh.get("k").result() == 1
+    finally:
+        fresh.close()
+    # after the repair and another compaction, the compacted view is right again
+    compact_topic(admin_url, topic)
+    again = PulsarMap[str, int](make_client(), topic, admin_url=admin_url)
+    try:
+        assert again.items(latest=True).result(timeout=30) == {"k": 1, "other": 7}
+        assert not again.manager._tailer.stale_keys
+    finally:
+        again.close()

@@ -419,6 +419,11 @@ class LogReplay(Generic[S, Op]):
                 self._touched_by_invalid(keys, pos)
             else:
                 applied_ops = self._apply_locked(ops, pos, write_id, epoch)
+                if self.stale_keys:  # a later write of a key supersedes its stale one
+                    for key in keys:
+                        stale_at = self.stale_keys.get(key)
+                        if stale_at is not None and stale_at < pos:
+                            del self.stale_keys[key]
             self._record_locked(members, pos)
             if applied_ops:
                 self._announce_locked(

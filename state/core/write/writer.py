@@ -147,8 +147,8 @@ class Writer(Generic[S, Op]):
         #: our last acknowledged entry, or the epoch marker (this tenure)
         self._last_sent: Position | None = None
         self._repairing = False
-        #: the replay saw a stale write since the writer last looked
-        self._stale_seen = False
+        #: the replay saw a stale write since the writer last looked (or the bootstrap did)
+        self._stale_seen = bool(tailer.stale_keys)
         self._m_writes = metrics.WRITES.labels(topic)
         self._m_write_seconds = metrics.WRITE_SECONDS.labels(topic)
         self._m_committed_on_ack = metrics.COMMITTED_ON_ACK.labels(topic)
