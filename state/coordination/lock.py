@@ -72,7 +72,19 @@ class ResourceLock(Generic[T]):
 
     @property
     def held(self) -> bool:
-        """Neither lost nor suspended: the holder may act on it (with its token)."""
+        """Neither lost nor suspended, and the store's session sure (its lease
+        runs, no loss since the lock was made or revalidated): the holder may
+        act on it (with its token). Read at the call: a process that was
+        paused past its session timeout sees False at once."""
+        store = self._service.store
+        # a loss the store counted since the lock was made (or revalidated) ends
+        # it at once, before the dispatcher tells the service
+        return self.active and store.session_sure and self._losses >= store.session_losses
+
+    @property
+    def active(self) -> bool:
+        """Neither lost nor suspended (the service's own view; ``held`` also asks
+        the store's session lease)."""
         return not self.lost.done() and not self._suspended
 
     @property

@@ -45,7 +45,6 @@ class CoordinationService(Generic[T]):
         self._waiters: dict[str, list[threading.Event]] = {}
         self._lock = threading.Lock()
         self._counters: MetadataCache[int] = MetadataCache(store)
-        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pss-coord")
         # revalidations after a session returns, one at a time, off the dispatcher
         self._revalidator = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pss-revalidate")
         self._closed = False
@@ -129,7 +128,7 @@ class CoordinationService(Generic[T]):
         node = self.store.get(path, latest=True).result(timeout=_READ_TIMEOUT_S)
         # only the node of our own suspended lock (its session lost, not
         # yet revalidated); never one another service or a put made
-        if mine is None or mine.held or mine.lost.done() or node is None:
+        if mine is None or mine.active or mine.lost.done() or node is None:
             raise ResourceBusyError(path)
         if node.stat.owner != self.store.session_id:
             raise ResourceBusyError(path)
@@ -200,7 +199,10 @@ class CoordinationService(Generic[T]):
         that lost its session and had its lock re-asserted is still elected).
 
         The campaign waits for the holder's node to go (a notification, or a
-        re-check every few seconds); cancelling the future does not stop it.
+        re-check every few seconds), on a daemon thread of its own (any number
+        of campaigns at once; a process that exits without closing the service
+        is not held up by one). Cancelling the future ends the campaign; a
+        lock it took meanwhile is released.
 
         Returns:
             A future of the leadership :class:`ResourceLock`.
@@ -219,13 +221,22 @@ class CoordinationService(Generic[T]):
         """
         self._check_open()
         validate_path(path)
-        try:
-            return self._executor.submit(self._campaign, path, content)
-        except RuntimeError as exc:  # closed meanwhile: "cannot schedule new futures"
-            raise StateClosedError("the coordination service is closed") from exc
+        elected: Future[ResourceLock[T]] = Future()
 
-    def _campaign(self, path: str, content: T) -> ResourceLock[T]:
-        while not self._closed:
+        def campaign() -> None:
+            try:
+                lock = self._campaign(path, content, elected)
+            except BaseException as exc:
+                futures.set_exception(elected, exc)
+                return
+            if not futures.set_result(elected, lock):  # cancelled meanwhile
+                lock.release()
+
+        threading.Thread(target=campaign, name=f"pss-campaign-{path}", daemon=True).start()
+        return elected
+
+    def _campaign(self, path: str, content: T, elected: Future[ResourceLock[T]]) -> ResourceLock[T]:
+        while not self._closed and not elected.cancelled():
             freed = threading.Event()
             with self._lock:
                 self._waiters.setdefault(path, []).append(freed)
@@ -234,7 +245,7 @@ class CoordinationService(Generic[T]):
             except ResourceBusyError:
                 with self._lock:
                     mine = self._held.get(path)
-                if mine is not None and mine.held:  # we lead already (re-asserted, say)
+                if mine is not None and mine.active:  # we lead already (re-asserted, say)
                     return mine
                 freed.wait(timeout=5.0)  # a deletion wakes us; re-check now and then anyway
             except SessionLostError:  # no candidate while our session is lost
@@ -244,6 +255,8 @@ class CoordinationService(Generic[T]):
                     waiting = self._waiters.get(path, [])
                     if freed in waiting:
                         waiting.remove(freed)
+        if elected.cancelled():
+            raise StateClosedError("the campaign was cancelled")
         raise StateClosedError("the coordination service is closed")
 
     # -- counters ------------------------------------------------------------------------
@@ -353,6 +366,8 @@ class CoordinationService(Generic[T]):
                     reasserted = True
                 else:
                     reasserted = lock.owns(current)
+                    if reasserted:
+                        lock._losses = self.store.session_losses
             except BadVersionError:  # taken between the read and the put
                 reasserted = False
             except SessionLostError:  # lost again meanwhile: the next return revalidates
@@ -388,4 +403,3 @@ class CoordinationService(Generic[T]):
                 for event in events:
                     event.set()
         self._counters.close()
-        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -287,6 +287,13 @@ class BaseMetadataStore(ABC):
             self._session_listeners = [f for f in self._session_listeners if f != listener]
 
     @property
+    def session_sure(self) -> bool:
+        """Whether this store can be sure its session is alive right now (a
+        holder acts on its locks only then). Always, for a store without a
+        network; the Pulsar store keeps a lease."""
+        return self.session_state is not SessionEvent.SESSION_LOST
+
+    @property
     def session_healthy(self) -> bool:
         """False between a lost connection (or session) and its return."""
         state = self.session_state

@@ -26,6 +26,19 @@ consumer disconnected is ``CONNECTION_LOST``; still disconnected after
 ephemeral nodes by then); connected again is ``RECONNECTED`` or
 ``SESSION_REESTABLISHED``. The client reconnects the consumer by itself, with
 the same session id, so lock holders can revalidate their locks.
+
+A lease, so that a holder gives up before anyone else can take over. A
+connection cut off without its socket closing, or a process paused (a long
+GC, SIGSTOP, a suspended VM), looks connected from its own side until the
+client's keep-alive notices, which may be after the broker's did, and after
+others expired the session. So the store also asks the broker a question on
+its session consumer's connection (its last message id) every quarter of the
+session timeout: the answer proves the broker saw the consumer connected after
+the question was sent. The session is sure until ``session_timeout_s`` after
+the last answered question was *sent*; others expire it only
+``session_timeout_s`` after the broker dropped the consumer, which is later.
+Past that, the store reports ``SESSION_LOST`` and every lock's ``held`` is
+False at once (it reads the lease, it does not wait for a thread to notice).
 """
 
 from __future__ import annotations
@@ -151,6 +164,8 @@ class MetadataStore(BaseMetadataStore):
         try:
             admin_client.ensure_topic(self.sessions_topic)
             admin_client.protect(self.sessions_topic)
+            #: monotonic time until which the session is sure (see the module docstring)
+            self._lease_until = time.monotonic() + session_timeout_s
             self._subscribe_session()
         except (PulsarStateError, pulsar.PulsarException):
             self.manager.close()
@@ -173,6 +188,21 @@ class MetadataStore(BaseMetadataStore):
             daemon=True,
         )
         self._own_watcher.start()
+        self._lease_renewer = threading.Thread(
+            target=self._renew_lease_loop,
+            name=f"pss-session-lease-{self.session_id[:8]}",
+            daemon=True,
+        )
+        self._lease_renewer.start()
+
+    @property
+    def session_sure(self) -> bool:
+        """Whether the session's lease runs (the broker answered on the session's
+        connection less than ``session_timeout_s`` ago) and it is not lost."""
+        return (
+            time.monotonic() < self._lease_until
+            and self.session_state is not SessionEvent.SESSION_LOST
+        )
 
     def _subscribe_session(self) -> None:
         """(Re)open this session's consumer: the broker's proof that we are alive."""
@@ -372,6 +402,14 @@ class MetadataStore(BaseMetadataStore):
         except Exception:
             connected = False
         now = time.monotonic()
+        if now >= self._lease_until:  # no answer for the whole session timeout
+            if self._own_down_since is None:
+                self._own_down_since = now
+                self._session_event(SessionEvent.CONNECTION_LOST)
+            if not self._own_lost:
+                self._own_lost = True
+                self._session_event(SessionEvent.SESSION_LOST)
+            return
         if connected:
             if self._own_down_since is not None:
                 back = (
@@ -388,6 +426,21 @@ class MetadataStore(BaseMetadataStore):
         elif not self._own_lost and now - self._own_down_since >= self.session_timeout_s:
             self._own_lost = True
             self._session_event(SessionEvent.SESSION_LOST)
+
+    def _renew_lease_loop(self) -> None:
+        """Ask the broker on the session's connection, a quarter of the session
+        timeout apart; each answer renews the lease from when it was asked. A
+        question left unanswered (the connection cut, the broker or this
+        process paused) renews nothing, so the lease runs out."""
+        interval = self.session_timeout_s / 4
+        while not self._stop.wait(interval):
+            asked = time.monotonic()
+            try:
+                self._session.get_last_message_id()
+            except Exception:
+                log.debug("session lease question on %s failed", self.manager.topic, exc_info=True)
+                continue
+            self._lease_until = max(self._lease_until, asked + self.session_timeout_s)
 
     def _expire(self, owner: str) -> None:
         """Delete every ephemeral node of a dead session (one atomic write)."""
@@ -417,6 +470,7 @@ class MetadataStore(BaseMetadataStore):
         self._stop.set()
         self._checker.join(timeout=5)
         self._own_watcher.join(timeout=5)
+        self._lease_renewer.join(timeout=1)  # a question in flight ends with the client
         try:  # a clean exit takes its ephemeral nodes along at once
             self._expire_own()
         except Exception:

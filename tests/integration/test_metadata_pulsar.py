@@ -17,6 +17,7 @@ import pytest
 from harness import PulsarEndpoint, unique_name, unique_topic, wait_until
 from metadata_conformance import *  # noqa: F403  (the shared tests)
 from state_workers import counter_worker
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 from pulsar_state import (
     BaseMetadataStore,
@@ -79,7 +80,14 @@ class PulsarSessionFaults:
 
     def restore(self, store: BaseMetadataStore) -> None:
         assert isinstance(store, MetadataStore)
-        store._subscribe_session()
+        # a subscribe can outlast the client's operation timeout on a loaded
+        # machine (seen under stress-ng): the client's own reconnection retries
+        # too, so the fault's restoring does
+        for attempt in Retrying(
+            retry=retry_if_exception_type(pulsar.Timeout), stop=stop_after_attempt(4), reraise=True
+        ):
+            with attempt:
+                store._subscribe_session()
         wait_until(
             lambda: store.session_healthy,
             timeout_s=30,
