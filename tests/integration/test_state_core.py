@@ -241,12 +241,15 @@ def test_latest_read_waits_at_most_its_timeout(make_client: ClientFactory, admin
         )
 
     with build(slow_add) as lagging, build(_add) as writer:
-        for _ in range(100):  # ~3 s of applying for the lagging manager
-            writer.write(lambda s: [1]).result(timeout=30)
-        started = time.monotonic()
+        # all at once (group commit: they land in a blink), so the lagging
+        # manager has ~3 s of applying ahead of it whatever the machine's load
+        for written in [writer.write(lambda s: [1]) for _ in range(100)]:
+            written.result(timeout=30)
         with pytest.raises(OperationTimeoutError):
             lagging.read(lambda s: s["ops"], latest=True, timeout_s=0.3).result(timeout=10)
-        assert time.monotonic() - started < 2.0
+        # it gave up at its own deadline, not once local state had caught up
+        # (the guarantee; how many seconds that took depends on the load)
+        assert lagging.read(lambda s: s["ops"]).result(timeout=10) < 100
         assert lagging.read(lambda s: s["ops"], latest=True).result(timeout=30) == 100
 
 
