@@ -311,7 +311,9 @@ class CoordinationService(Generic[T]):
                 current = None
             if lock.owns(current):
                 return
-            if current is None and not self.store.session_healthy:
+            # gone while the session is down, or before this dispatcher has heard
+            # it come back (the lock still suspended): its expiry, most likely
+            if current is None and (not self.store.session_healthy or lock._suspended):
                 log.warning("lock %s gone while the session is down: revalidating later", lock.path)
                 lock._revalidate = True
                 if not lock._suspended:  # the node is gone: do not act as the holder

@@ -174,6 +174,8 @@ class MetadataStore(BaseMetadataStore):
         self._dead_since: dict[str, float] = {}
         self._own_down_since: float | None = None  # our session consumer disconnected
         self._own_lost = False  # ...for the whole session timeout
+        #: the own-session watcher and the lease renewer, one at a time
+        self._own_lock = threading.Lock()
         self._stop = threading.Event()
         self._checker = threading.Thread(
             target=self._check_sessions, name=f"pss-sessions-{self.session_id[:8]}", daemon=True
@@ -395,20 +397,28 @@ class MetadataStore(BaseMetadataStore):
             except Exception:
                 log.warning("own session check on %s failed", self.manager.topic, exc_info=True)
 
+    def _lapse(self, now: float) -> None:
+        """Under ``_own_lock``: the lease ran out: the session is lost (once)."""
+        if self._own_down_since is None:
+            self._own_down_since = now
+            self._session_event(SessionEvent.CONNECTION_LOST)
+        if not self._own_lost:
+            self._own_lost = True
+            self._session_event(SessionEvent.SESSION_LOST)
+
     def _watch_own_session(self) -> None:
         """Turn our session consumer's connection into session events."""
+        with self._own_lock:
+            self._watch_own_session_locked()
+
+    def _watch_own_session_locked(self) -> None:
         try:
             connected = bool(self._session.is_connected())
         except Exception:
             connected = False
         now = time.monotonic()
         if now >= self._lease_until:  # no answer for the whole session timeout
-            if self._own_down_since is None:
-                self._own_down_since = now
-                self._session_event(SessionEvent.CONNECTION_LOST)
-            if not self._own_lost:
-                self._own_lost = True
-                self._session_event(SessionEvent.SESSION_LOST)
+            self._lapse(now)
             return
         if connected:
             if self._own_down_since is not None:
@@ -440,7 +450,14 @@ class MetadataStore(BaseMetadataStore):
             except Exception:
                 log.debug("session lease question on %s failed", self.manager.topic, exc_info=True)
                 continue
-            self._lease_until = max(self._lease_until, asked + self.session_timeout_s)
+            with self._own_lock:
+                if asked >= self._lease_until:
+                    # asked after the lease ran out (this process paused, say): the
+                    # session may have been expired and made again meanwhile, so the
+                    # loss is reported before the answer renews anything, and locks
+                    # are revalidated when the session is seen back
+                    self._lapse(time.monotonic())
+                self._lease_until = max(self._lease_until, asked + self.session_timeout_s)
 
     def _expire(self, owner: str) -> None:
         """Delete every ephemeral node of a dead session (one atomic write)."""
