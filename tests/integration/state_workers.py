@@ -96,20 +96,3 @@ def collect_then_use_a_map(service_url: str, admin_url: str, topic: str) -> None
     finally:
         m.close()
         client.close()
-
-
-def lease_holder(service_url: str, admin_url: str, topic: str, path: str, out: str) -> None:
-    """Take the lock at ``path`` and write, every 10 ms until killed, one line
-    ``<monotonic time> held|free`` to ``out`` (the time taken *before* ``held``
-    is read), and ``<time> event <name>`` for each lock event."""
-    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
-    store = MetadataStore(
-        client, topic, admin_url=admin_url, session_timeout_s=2.0, session_check_interval_s=0.25
-    )
-    lock = CoordinationService[str](store).acquire_lock(path, "holder").result(timeout=60)
-    with open(out, "a", buffering=1, encoding="utf-8") as f:
-        lock.add_listener(lambda e: f.write(f"{time.monotonic()} event {e.value}\n"))
-        while True:
-            at = time.monotonic()
-            f.write(f"{at} {'held' if lock.held else 'free'}\n")
-            time.sleep(0.01)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from harness import PulsarEndpoint, unique_name, unique_topic, wait_until
-from state_workers import lease_holder
+from lease_holder import lease_holder
 
 #: the holder's session timeout is 2 s; the pause is well past it
 PAUSE_S = 4.0
