@@ -83,15 +83,21 @@ def test_a_holder_paused_past_its_session_timeout_does_not_hold_on_resuming(
         looks = [w for _, w in after if w in ("held", "free")]
         assert looks, "the holder never looked after resuming"
         # the first look after the pause: not held (its lease ran out while paused)
-        assert looks[0] == "free", f"first look after the pause: {looks[:5]}"
-        # and never held again before it re-asserted the lock
-        until_reasserted = []
+        around = [(round(t - at, 3), w) for t, w in rows if at - 5.5 < t < at + 1.0]
+        assert looks[0] == "free", f"first look after the pause: {looks[:5]}; around: {around}"
+        # it reported the loss, and never held before it did: the lock's
+        # SESSION_LOST is told (on the store's dispatcher) before the session's
+        # return is, so before any revalidation can make it held again (a look
+        # between the revalidation and its REASSERTED event may say held: the
+        # lock is sure again then)
+        until_lost = []
         for _, w in after:
-            if w == "event reasserted":
+            if w == "event session_lost":
                 break
-            until_reasserted.append(w)
-        assert "held" not in until_reasserted, until_reasserted[:20]
-        assert "event session_lost" in until_reasserted
+            until_lost.append(w)
+        assert len(until_lost) < len(after), f"no loss reported: {[w for _, w in after][:20]}"
+        assert "held" not in until_lost, until_lost[:20]
+        assert "event reasserted" not in until_lost, until_lost[:20]
 
 
 def test_a_process_that_exits_while_it_campaigns_is_not_held_up(
