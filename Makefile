@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SOURCES := setup.py pyproject.toml $(shell find state functions connectors deploy -name '*.py' -o -name '*.yaml' -o -name py.typed 2>/dev/null)
 
-.PHONY: check-min-deps bench bench-spark-changelog test-faults bench-core bench-spark deploy undeploy package run test test-unit test-integration lint format broker-start broker-stop clean
+.PHONY: test-loaded check-min-deps bench bench-spark-changelog test-faults bench-core bench-spark deploy undeploy package run test test-unit test-integration lint format broker-start broker-stop clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,18 @@ test: $(STAMP) lint
 # a short version of the same tests runs in `make test`
 test-faults: $(STAMP)
 	PULSAR_STATE_FAULTS=full PULSAR_STATE_FAULTS_REPORT=bench/results/faults.md $(PY) -m pytest tests/faults
+
+# `make test` RUNS times in a row beside `stress-ng --cpu 2` (a loaded machine:
+# what a timing that stands in for a guarantee fails on); each run's time printed
+RUNS ?= 3
+test-loaded: $(STAMP)
+	@command -v stress-ng >/dev/null || { echo "test-loaded needs stress-ng (apt-get install stress-ng)"; exit 2; }
+	@for i in $$(seq 1 $(RUNS)); do \
+		stress-ng --cpu 2 --quiet & load=$$!; start=$$(date +%s); \
+		$(MAKE) test; rc=$$?; kill $$load; wait $$load 2>/dev/null; \
+		echo "loaded run $$i of $(RUNS): exit $$rc in $$(( $$(date +%s) - start )) s"; \
+		[ $$rc -eq 0 ] || exit $$rc; \
+	done
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit
