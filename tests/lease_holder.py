@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pulsar
 
@@ -12,8 +13,8 @@ from pulsar_state import CoordinationService, MetadataStore
 
 def lease_holder(service_url: str, admin_url: str, topic: str, path: str, out: str) -> None:
     """Take the lock at ``path`` and write, every 10 ms until killed, one line
-        ``<monotonic time> held|free`` to ``out`` (the time taken *before* ``held``
-        is read), ``<time> event <name>`` for each lock event, and first ``<time>
+    ``<monotonic time> held|free`` to ``out`` (the time taken *before* ``held``
+    is read), ``<time> event <name>`` for each lock event, and first ``<time>
     session <id>``."""
     client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     store = MetadataStore(
@@ -27,3 +28,12 @@ def lease_holder(service_url: str, admin_url: str, topic: str, path: str, out: s
             at = time.monotonic()
             f.write(f"{at} {'held' if lock.held else 'free'}\n")
             time.sleep(0.01)
+
+
+def read_log(out: Path) -> list[tuple[float, str]]:
+    """What :func:`lease_holder` wrote: ``(monotonic time, what)`` per line."""
+    rows = []
+    for line in out.read_text(encoding="utf-8").splitlines():
+        at, _, what = line.partition(" ")
+        rows.append((float(at), what))
+    return rows

@@ -21,19 +21,11 @@ from urllib.parse import urlparse
 
 import pytest
 from harness import PulsarEndpoint, unique_name, unique_topic, wait_until
-from lease_holder import lease_holder
+from lease_holder import lease_holder, read_log
 from network import connections, iptables_unavailable, partitioned
 
 from pulsar_state.cluster.admin import PulsarAdmin
 from pulsar_state.topic_names import full_topic_name, sessions_topic
-
-
-def _lines(out: Path) -> list[tuple[float, str]]:
-    rows = []
-    for line in out.read_text(encoding="utf-8").splitlines():
-        at, _, what = line.partition(" ")
-        rows.append((float(at), what))
-    return rows
 
 
 def test_a_cut_off_holder_gives_up_before_the_broker_drops_it(
@@ -55,11 +47,11 @@ def test_a_cut_off_holder_gives_up_before_the_broker_drops_it(
     admin = PulsarAdmin(broker_endpoint.admin_url)
     try:
         wait_until(
-            lambda: out.exists() and any(w == "held" for _, w in _lines(out)),
+            lambda: out.exists() and any(w == "held" for _, w in read_log(out)),
             timeout_s=120,
             message="the holder took the lock",
         )
-        session = next(w.split()[1] for _, w in _lines(out) if w.startswith("session "))
+        session = next(w.split()[1] for _, w in read_log(out) if w.startswith("session "))
         subscription = f"session-{session}"
         sessions = sessions_topic(full_topic_name(topic))
 
@@ -90,7 +82,7 @@ def test_a_cut_off_holder_gives_up_before_the_broker_drops_it(
         holder.kill()
         holder.join(10)
         admin.close()
-    rows = _lines(out)
+    rows = read_log(out)
     lost = [t for t, w in rows if w == "event session_lost" and cut_at < t]
     assert lost, "the holder never reported its session lost"
     assert lost[0] < dropped_at, "the holder reported its loss only after the broker dropped it"

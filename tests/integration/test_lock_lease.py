@@ -20,18 +20,10 @@ from pathlib import Path
 
 import pytest
 from harness import PulsarEndpoint, unique_name, unique_topic, wait_until
-from lease_holder import lease_holder
+from lease_holder import lease_holder, read_log
 
 #: the holder's session timeout is 2 s; the pause is well past it
 PAUSE_S = 4.0
-
-
-def _lines(out: Path) -> list[tuple[float, str]]:
-    rows = []
-    for line in out.read_text(encoding="utf-8").splitlines():
-        at, _, what = line.partition(" ")
-        rows.append((float(at), what))
-    return rows
 
 
 @pytest.mark.parametrize("pauses", [1, 3])
@@ -54,7 +46,7 @@ def test_a_holder_paused_past_its_session_timeout_does_not_hold_on_resuming(
     holder.start()
     try:
         wait_until(
-            lambda: out.exists() and any(w == "held" for _, w in _lines(out)),
+            lambda: out.exists() and any(w == "held" for _, w in read_log(out)),
             timeout_s=120,
             message="the holder took the lock",
         )
@@ -69,7 +61,7 @@ def test_a_holder_paused_past_its_session_timeout_does_not_hold_on_resuming(
             # it looks again, and (nobody took the lock) makes sure of it again
             wait_until(
                 lambda at=resumed_at[-1]: any(
-                    t > at and w == "event reasserted" for t, w in _lines(out)
+                    t > at and w == "event reasserted" for t, w in read_log(out)
                 ),
                 timeout_s=60,
                 message="the holder re-asserted its lock",
@@ -77,7 +69,7 @@ def test_a_holder_paused_past_its_session_timeout_does_not_hold_on_resuming(
     finally:
         holder.kill()
         holder.join(10)
-    rows = _lines(out)
+    rows = read_log(out)
     for at in resumed_at:
         after = [(t, w) for t, w in rows if t > at]
         looks = [w for _, w in after if w in ("held", "free")]
