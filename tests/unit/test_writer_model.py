@@ -158,12 +158,20 @@ class _Native:
         return self._k
 
 
+#: what the native client raises for a refused blocking send
+_RAISED: dict[Any, type[Exception]] = {
+    pulsar.Result.Timeout: pulsar.Timeout,
+    pulsar.Result.ProducerFenced: pulsar.ProducerFenced,
+    pulsar.Result.ProducerBlockedQuotaExceededError: pulsar.ProducerBlockedQuotaExceededError,
+}
+
+
 class _Producer:
     """The exclusive producer, with the native send the entry sender uses."""
 
     def __init__(self, broker: _Broker) -> None:
         self._broker = broker
-        self._producer = self  # the entry sender calls producer._producer.send_async
+        self._producer = self  # the entry sender calls producer._producer.send(_async)
         self._pending: list[Any] = []
         self._callback: Any = None
         self._closed = False
@@ -174,6 +182,18 @@ class _Producer:
             self._callback = callback
             if len(self._pending) == 1:  # a one-message entry: no flush follows
                 self._complete()
+
+    def send(self, native: Any) -> _Id:
+        """The blocking send of a one-message entry: the answer, or the
+        client's exception for a refusal (as the native client raises it)."""
+        answers: list[tuple[Any, Any]] = []
+        self._pending.append(native)
+        self._callback = lambda result, msg_id: answers.append((result, msg_id))
+        self._complete()
+        result, msg_id = answers[0]
+        if result != pulsar.Result.Ok:
+            raise _RAISED[result](str(result))
+        return msg_id  # type: ignore[no-any-return]
 
     def flush(self) -> None:
         if self._pending:
