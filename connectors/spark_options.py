@@ -30,6 +30,7 @@ from tenacity import (
 from pulsar_state.cluster.admin import topic_path
 from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.cluster.endpoint import AdminEndpoint
+from pulsar_state.cluster.session import ClusterSession, refused_redirect
 from pulsar_state.errors import ConfigurationError, PulsarStateError
 from pulsar_state.map.op import MapCodec
 from pulsar_state.position import Position
@@ -260,14 +261,17 @@ class SourceOptions:
     def _admin_get(self, what: str, *, topic: str | None = None) -> requests.Response:
         endpoint = self.admin_endpoint()
         url = f"{self.admin_url}/admin/v2/{topic_path(topic or self.topic)}/{what}"
+        # a broker that does not own the topic redirects to its owner: followed
+        # with the credentials, within the cluster (pulsar_state.cluster.session)
+        settings: dict[str, Any] = {
+            "verify": endpoint.verify(),
+            "cert": endpoint.client_cert,
+            "timeout": self.timeout_ms / 1000,
+        }
         try:
-            resp = requests.get(
-                url,
-                headers=endpoint.headers,
-                verify=endpoint.verify(),
-                cert=endpoint.client_cert,
-                timeout=self.timeout_ms / 1000,
-            )
+            with ClusterSession(self.admin_url) as session:
+                session.use_for_listing(**settings)
+                resp = session.get(url, headers=endpoint.headers, **settings)
         except requests.exceptions.SSLError as exc:
             raise ConnectionError(
                 f"pulsar_state: the TLS handshake with the Pulsar admin API at {self.admin_url} "
@@ -277,6 +281,13 @@ class SourceOptions:
             raise ConnectionError(
                 f"pulsar_state: the Pulsar admin API at {self.admin_url} is unreachable ({exc})"
             ) from None
+        refused = refused_redirect(resp)
+        if refused is not None:
+            raise PermissionError(
+                f"pulsar_state: the admin API at {self.admin_url} redirected the read of "
+                f"{topic or self.topic} to {refused}, which is not a broker of its cluster: "
+                "this source's credentials are not sent there"
+            )
         if resp.status_code == 404:
             raise ValueError(f"pulsar_state: topic {topic or self.topic} does not exist")
         if resp.status_code == 401:

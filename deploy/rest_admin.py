@@ -39,6 +39,7 @@ from tenacity import (
 from pulsar_state.cluster.admin import refusal_reason
 from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.cluster.endpoint import AdminEndpoint
+from pulsar_state.cluster.session import ClusterSession, refused_redirect
 from pulsar_state.deploy.errors import PulsarAdminError
 from pulsar_state.errors import AdminUnreachableError, ConfigurationError
 
@@ -104,7 +105,9 @@ class PulsarAdminRest:
         if timeout_s <= 0 or retry_s < 0:
             raise ValueError(f"timeout_s must be > 0 and retry_s >= 0, got {timeout_s}, {retry_s}")
         self.admin_url = admin_url.rstrip("/")
-        self._session = requests.Session()
+        # a worker hands an instance's status on to the worker that runs it (307):
+        # followed with the credentials, within the cluster (pulsar_state.cluster.session)
+        self._session = ClusterSession(self.admin_url)
         self._session.headers.update(headers or {})
         # per request (see _send): requests lets REQUESTS_CA_BUNDLE override a
         # session's verify, but not a request's
@@ -114,6 +117,7 @@ class PulsarAdminRest:
         self._timeout_s = timeout_s
         self._retry_s = retry_s
         self._ready_wait_s = ready_wait_s
+        self._session.use_for_listing(timeout=timeout_s, verify=verify, cert=cert)
 
     @classmethod
     def for_endpoint(cls, endpoint: AdminEndpoint, **kwargs: Any) -> PulsarAdminRest:
@@ -149,17 +153,26 @@ class PulsarAdminRest:
 
     def _send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         try:
-            return self._session.request(
+            resp = self._session.request(
                 method,
                 f"{self.admin_url}{path}",
                 timeout=self._timeout_s,
                 verify=self._verify,
                 **kwargs,
             )
-        except (requests.ConnectionError, requests.Timeout) as exc:
+        except (requests.TooManyRedirects, requests.ConnectionError, requests.Timeout) as exc:
             raise AdminUnreachableError(
                 f"the Pulsar admin API at {self.admin_url} did not answer {method} {path}: {exc}"
             ) from exc
+        refused = refused_redirect(resp)
+        if refused is not None:
+            raise PulsarAdminError(
+                [method, path],
+                resp.status_code,
+                f"redirected to {refused}, which is not a broker of this cluster: this "
+                "client's credentials are not sent there",
+            )
+        return resp
 
     def _read(self, path: str) -> requests.Response:
         """A GET, retried on connection errors and 5xx answers for ``retry_s``."""

@@ -15,12 +15,13 @@ import uuid
 import warnings
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import requests
 import urllib3
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
+from pulsar_state.cluster.session import ClusterSession, refused_redirect
 from pulsar_state.errors import (
     AdminUnreachableError,
     ConfigurationError,
@@ -143,6 +144,15 @@ def refusal_reason(resp: requests.Response, *, limit: int = 300) -> str:
     return text[:limit] or f"HTTP {resp.status_code}"
 
 
+def _answered_by(resp: requests.Response) -> str:
+    """``" from the broker at URL"``: the broker that gave the answer, when a
+    redirect led from the admin URL to another one; else ``""``."""
+    if not resp.history:
+        return ""
+    parts = urlsplit(resp.url)
+    return f" from the broker at {parts.scheme}://{parts.netloc}"
+
+
 _HTML_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 
 
@@ -153,7 +163,7 @@ class _TransientError(Exception):
 #: answers that say the call was not served at all: sent again whatever its method
 _NOT_SERVED = (502, 503)
 #: answers after which only a read is sent again
-_RETRY_READS = (500, 307)
+_RETRY_READS = (500,)
 
 
 class PulsarAdmin:
@@ -180,7 +190,9 @@ class PulsarAdmin:
         if not admin_url.startswith(("http://", "https://")):
             raise StateTopicError(f"admin_url must be http(s)://..., got {admin_url!r}")
         self.admin_url = admin_url.rstrip("/")
-        self._session = requests.Session()
+        # follows a broker's redirect to the topic's owner with the credentials,
+        # within the cluster only (see pulsar_state.cluster.session)
+        self._session = ClusterSession(self.admin_url)
         self._session.headers.update(headers or {})
         # per request, not session.verify: requests lets REQUESTS_CA_BUNDLE override a
         # session's verify, but not a request's
@@ -188,6 +200,7 @@ class PulsarAdmin:
         self._cert = cert
         self._timeout_s = timeout_s
         self._retry_s = retry_s
+        self._session.use_for_listing(timeout=timeout_s, verify=self._verify, cert=cert)
 
     def close(self) -> None:
         self._session.close()
@@ -227,16 +240,27 @@ class PulsarAdmin:
                 "sink's user config "
                 "tlsTrustCertsFilePath)"
             ) from exc
+        except requests.TooManyRedirects as exc:
+            # brokers handing the call on in a loop (the topic moving): not served
+            raise _TransientError(f"redirected in a loop ({exc})") from exc
         except (requests.ConnectionError, requests.Timeout) as exc:
             # every call made here is idempotent, so a timed-out one is re-sent
             raise _TransientError(str(exc)) from exc
+        refused = refused_redirect(resp)
+        if refused is not None:
+            raise StateTopicError(
+                f"the Pulsar admin API at {self.admin_url} redirected {method} {path} to "
+                f"{refused}, which is not a broker of its cluster (neither its host nor "
+                "one the cluster lists), or not over https when the admin URL is: this "
+                "client's credentials are not sent there"
+            )
         # 502/503: the call was not served (a proxy without a broker behind it, a
         # broker loading or handing over the topic): every call is sent again.
-        # 500 and a redirect: only a read, which changes nothing if it did run.
+        # 500: only a read, which changes nothing if it did run.
         if resp.status_code in _NOT_SERVED or (
             resp.status_code in _RETRY_READS and method == "GET"
         ):
-            raise _TransientError(f"{resp.status_code} {resp.text[:200]}")
+            raise _TransientError(f"{resp.status_code}{_answered_by(resp)} {resp.text[:200]}")
         return resp
 
     def _check(
@@ -251,8 +275,9 @@ class PulsarAdmin:
             return
         if resp.status_code == 401:
             raise PermissionDeniedError(
-                f"{what}: not permitted, the admin API did not accept this client's "
-                f"credentials (401: {refusal_reason(resp)}); pass a token (--auth-token, or "
+                f"{what}: not permitted, the admin API{_answered_by(resp)} did not accept "
+                f"this client's credentials (401: {refusal_reason(resp)}); pass a token "
+                "(--auth-token, or "
                 "the auth plugin token), basic auth, or a TLS client certificate "
                 "(--auth-plugin tls --auth-params tlsCertFile:...,tlsKeyFile:...; in code, an "
                 "AdminEndpoint's headers or client_cert)"
@@ -260,17 +285,19 @@ class PulsarAdmin:
         if resp.status_code == 403 and read_only:
             raise PermissionDeniedError(
                 f"{what}: not permitted for this role "
-                f"({resp.status_code}: {refusal_reason(resp)}); "
+                f"({resp.status_code}{_answered_by(resp)}: {refusal_reason(resp)}); "
                 "reading needs the consume (or produce) permission on the topic"
             )
         if resp.status_code == 403:
             raise PermissionDeniedError(
                 f"{what}: not permitted for this role "
-                f"({resp.status_code}: {refusal_reason(resp)}); "
+                f"({resp.status_code}{_answered_by(resp)}: {refusal_reason(resp)}); "
                 "a role without admin rights can open the state with ensure_retention=False "
                 "once an administrator has protected the topic"
             )
-        raise StateTopicError(f"{what} failed ({resp.status_code}: {resp.text[:300]})")
+        raise StateTopicError(
+            f"{what} failed ({resp.status_code}{_answered_by(resp)}: {resp.text[:300]})"
+        )
 
     # -- topics ---------------------------------------------------------------
 
