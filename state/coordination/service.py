@@ -355,6 +355,10 @@ class CoordinationService(Generic[T]):
                 return
             if not self.store.session_healthy:  # lost again: the next return revalidates
                 return
+            # the losses this revalidation speaks for: one counted while its read
+            # (or write) is out may have let another session take the lock after
+            # the answer was made (a process paused in between), so it is not cleared
+            losses = self.store.session_losses
             try:
                 current = self.store.get(lock.path, latest=True).result(timeout=_READ_TIMEOUT_S)
                 if current is None:  # expired with our session: ours again if still free
@@ -362,14 +366,11 @@ class CoordinationService(Generic[T]):
                         lock.path, self.serde.serialize(lock.content), -1, ephemeral=True
                     ).result(timeout=_READ_TIMEOUT_S)
                     lock.version, lock.fencing_token = stat.version, stat.token
-                    lock._losses = self.store.session_losses
                     lock.owner = stat.owner if stat.owner is not None else self.store.session_id
                     log.info("re-asserted the lock %s (token %d)", lock.path, stat.token)
                     reasserted = True
                 else:
                     reasserted = lock.owns(current)
-                    if reasserted:
-                        lock._losses = self.store.session_losses
             except BadVersionError:  # taken between the read and the put
                 reasserted = False
             except SessionLostError:  # lost again meanwhile: the next return revalidates
@@ -377,6 +378,13 @@ class CoordinationService(Generic[T]):
             except Exception:
                 log.warning("could not revalidate the lock %s", lock.path, exc_info=True)
                 reasserted = False
+            if reasserted and self.store.session_losses != losses:
+                # lost again meanwhile: what it saw may be stale; the lock stays
+                # suspended (held is False) until the session's return revalidates it
+                log.info("lock %s: the session was lost during its revalidation", lock.path)
+                return
+            if reasserted:
+                lock._losses = losses
             lock._revalidate = False
             was_suspended, lock._suspended = lock._suspended, False
             if not reasserted:
