@@ -50,7 +50,7 @@ test-integration: $(STAMP)
 
 # the Spark extra at setup.py's floors (pyspark, pyarrow pinned) in a throwaway venv
 # under .cache/min-deps: install, import, register, and read a map of the broker at
-# PULSAR_SERVICE_URL/PULSAR_ADMIN_URL (without them: import and register only)
+# PULSAR_STATE_TEST_SERVICE_URL/PULSAR_STATE_TEST_ADMIN_URL (without them: import and register only)
 check-min-deps: $(STAMP)
 	$(PY) tests/min_deps.py
 

@@ -25,8 +25,11 @@ RESULTS = REPO / "bench" / "results"
 
 
 def external_broker() -> tuple[str, str] | None:
-    """``PULSAR_SERVICE_URL``/``PULSAR_ADMIN_URL`` when both are set."""
-    service, admin = os.environ.get("PULSAR_SERVICE_URL"), os.environ.get("PULSAR_ADMIN_URL")
+    """``PULSAR_STATE_BENCH_SERVICE_URL``/``PULSAR_STATE_BENCH_ADMIN_URL`` when both
+    are set: the benchmarks' own variables, never the CLI's ``PULSAR_SERVICE_URL``
+    (exported for the CLI, it names a cluster a benchmark must not fill by accident)."""
+    service = os.environ.get("PULSAR_STATE_BENCH_SERVICE_URL")
+    admin = os.environ.get("PULSAR_STATE_BENCH_ADMIN_URL")
     return (service, admin) if service and admin else None
 
 
@@ -45,7 +48,7 @@ def logged_journal_sync(standalone: StandaloneBroker) -> bool | None:
 
 @contextmanager
 def broker(*, journal_sync: bool | None = None, name: str = "bench") -> Iterator[tuple[str, str]]:
-    """``PULSAR_SERVICE_URL``/``PULSAR_ADMIN_URL`` if set, else the embedded standalone.
+    """The cluster of :func:`external_broker` if set, else the embedded standalone.
 
     Args:
         journal_sync: the bookie's ``journalSyncData`` (fsync of its journal before

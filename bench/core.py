@@ -344,7 +344,7 @@ def main() -> None:
         "State core vs raw Pulsar",
         recorded,
         """
-Same broker (the embedded Pulsar 4.0.8 standalone unless `PULSAR_SERVICE_URL` is
+Same broker (the embedded Pulsar 4.0.8 standalone unless `PULSAR_STATE_BENCH_SERVICE_URL` is
 set), same client process, ours and the reference alternating in each round.
 A `PulsarMap.put` is one message published by the exclusive writer (the
 product's defaults: adaptive access mode, commit on the broker's

@@ -479,7 +479,10 @@ def run(args: argparse.Namespace) -> None:
         "bootstrap", f"bootstrap of {args.bootstrap_keys:,} keys (compacted)", "keys/s", True
     )
     if external_broker():
-        print("PULSAR_SERVICE_URL/PULSAR_ADMIN_URL set: one column, that cluster as configured")
+        print(
+            "PULSAR_STATE_BENCH_SERVICE_URL/PULSAR_STATE_BENCH_ADMIN_URL set: one column, "
+            "that cluster as configured"
+        )
         wanted: list[tuple[str, bool | None]] = [(GIVEN, None)]
     else:
         wanted = [(ON, True), (OFF, False)]
@@ -607,7 +610,8 @@ def _header(
     ]
     if GIVEN in columns:
         lines += [
-            "Pulsar: the cluster of `PULSAR_SERVICE_URL`, durability as configured there.",
+            "Pulsar: the cluster of `PULSAR_STATE_BENCH_SERVICE_URL`, durability as "
+            "configured there.",
             "",
         ]
     else:

@@ -23,6 +23,39 @@ from pulsar_state.runtime.instance_metrics import unlabel_instance_metrics
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 
 
+#: the CLI's and the library's connection variables: exported in a user's shell
+#: they name the user's cluster. The suite never reads them (its own broker
+#: comes from PULSAR_STATE_TEST_*) and drops them, so that no CLI or function
+#: the suite starts inherits them: a test writes to the user's cluster only
+#: when pointed there on purpose.
+USER_CLUSTER_VARIABLES = (
+    "PULSAR_SERVICE_URL",
+    "PULSAR_ADMIN_URL",
+    "PULSAR_AUTH_TOKEN",
+    "PULSAR_AUTH_PLUGIN",
+    "PULSAR_AUTH_PARAMS",
+    "PULSAR_TLS_TRUST_CERT_PATH",
+    "PULSAR_TLS_ALLOW_INSECURE",
+    "PULSAR_TLS_ENABLE_HOSTNAME_VERIFICATION",
+    "PULSAR_CLIENT_CONF",
+    "PULSAR_STATE_FUNCTION_ADMIN_URL",
+    "PULSAR_STATE_FUNCTION_AUTH_TOKEN",
+    "PULSAR_STATE_FUNCTION_TLS_TRUST_CERT_PATH",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    dropped = [name for name in USER_CLUSTER_VARIABLES if os.environ.pop(name, None) is not None]
+    if dropped:
+        config.issue_config_time_warning(
+            pytest.PytestConfigWarning(
+                f"ignoring {', '.join(dropped)} (a cluster of yours?): the suite uses its own "
+                "broker, or PULSAR_STATE_TEST_SERVICE_URL and PULSAR_STATE_TEST_ADMIN_URL"
+            ),
+            stacklevel=2,
+        )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if INTEGRATION_DIR in Path(str(item.fspath)).parents:

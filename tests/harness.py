@@ -2,7 +2,9 @@
 
 The broker is found once per test session, in this order:
 
-1. ``PULSAR_SERVICE_URL`` and ``PULSAR_ADMIN_URL``: any running cluster;
+1. ``PULSAR_STATE_TEST_SERVICE_URL`` and ``PULSAR_STATE_TEST_ADMIN_URL``: any
+   running cluster (the CLI's ``PULSAR_SERVICE_URL``/``PULSAR_ADMIN_URL`` are
+   ignored and dropped by ``conftest.py``: they may name a user's cluster);
 2. a Pulsar container through testcontainers, when a Docker engine answers;
 3. otherwise the project's own embedded standalone (``pulsar-state broker``),
    on ``.pulsar/test`` with fresh data.
@@ -294,13 +296,20 @@ def _container_endpoint() -> PulsarEndpoint:
     )
 
 
+#: a cluster for the suite, by URL (both set): the suite's own variables
+TEST_SERVICE_URL_ENV = "PULSAR_STATE_TEST_SERVICE_URL"
+TEST_ADMIN_URL_ENV = "PULSAR_STATE_TEST_ADMIN_URL"
+
+
 def start_endpoint() -> PulsarEndpoint:
     forced = os.environ.get("PULSAR_STATE_TEST_BROKER", "")
-    service_url = os.environ.get("PULSAR_SERVICE_URL")
-    admin_url = os.environ.get("PULSAR_ADMIN_URL")
+    # the suite's own variables, never the CLI's PULSAR_SERVICE_URL/PULSAR_ADMIN_URL:
+    # exported for the CLI they name a user's cluster, which tests must not write to
+    service_url = os.environ.get(TEST_SERVICE_URL_ENV)
+    admin_url = os.environ.get(TEST_ADMIN_URL_ENV)
     if forced == "env" or (not forced and service_url and admin_url):
         if not (service_url and admin_url):
-            raise RuntimeError("PULSAR_SERVICE_URL and PULSAR_ADMIN_URL must both be set")
+            raise RuntimeError(f"{TEST_SERVICE_URL_ENV} and {TEST_ADMIN_URL_ENV} must both be set")
         return PulsarEndpoint(service_url=service_url, admin_url=admin_url, kind="env")
     if forced == "container" or (not forced and _docker_answers()):
         return _container_endpoint()

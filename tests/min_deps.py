@@ -163,8 +163,9 @@ def main() -> None:
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--expect", action="append", default=[], help=argparse.SUPPRESS)
     parser.add_argument("--pin", action="append", help="name==version instead of the floors")
-    parser.add_argument("--service-url", default=os.environ.get("PULSAR_SERVICE_URL"))
-    parser.add_argument("--admin-url", default=os.environ.get("PULSAR_ADMIN_URL"))
+    # the suite's variables, never the CLI's (they may name a user's cluster)
+    parser.add_argument("--service-url", default=os.environ.get("PULSAR_STATE_TEST_SERVICE_URL"))
+    parser.add_argument("--admin-url", default=os.environ.get("PULSAR_STATE_TEST_ADMIN_URL"))
     args = parser.parse_args()
     if args.inside:
         inside(args)
