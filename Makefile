@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SOURCES := setup.py pyproject.toml $(shell find state functions connectors deploy -name '*.py' -o -name '*.yaml' -o -name py.typed 2>/dev/null)
 
-.PHONY: test-loaded check-min-deps bench bench-spark-changelog test-faults bench-core bench-spark deploy undeploy package run test test-unit test-integration lint format broker-start broker-stop clean
+.PHONY: test-cluster test-loaded check-min-deps bench bench-spark-changelog test-faults bench-core bench-spark deploy undeploy package run test test-unit test-integration lint format broker-start broker-stop clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,11 @@ test-unit: $(STAMP)
 test-integration: $(STAMP)
 	$(PY) -m pytest tests/integration
 
+# a real two-broker cluster with token auth (pulsar-state cluster), started once on
+# .pulsar/test-cluster (PULSAR_STATE_TEST_CLUSTER_DIR moves it); not part of `make test`
+test-cluster: $(STAMP)
+	$(PY) -m pytest tests/cluster
+
 # the Spark extra at setup.py's floors (pyspark, pyarrow pinned) in a throwaway venv
 # under .cache/min-deps: install, import, register, and read a map of the broker at
 # PULSAR_STATE_TEST_SERVICE_URL/PULSAR_STATE_TEST_ADMIN_URL (without them: import and register only)
@@ -72,6 +77,7 @@ broker-stop: $(STAMP)
 clean:
 	-$(VENV)/bin/pulsar-state broker stop --data-dir .pulsar/run
 	-$(VENV)/bin/pulsar-state broker stop --data-dir .pulsar/test
+	-$(VENV)/bin/pulsar-state cluster stop --data-dir .pulsar/test-cluster
 	rm -rf build .pulsar .pytest_cache .mypy_cache .ruff_cache *.egg-info
 
 BENCH_STAMP := $(VENV)/.installed-bench

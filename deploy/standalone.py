@@ -19,7 +19,6 @@ on a running data directory returns the running broker.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -35,6 +34,13 @@ import requests
 
 from pulsar_state.deploy.distribution import PulsarDistribution, java_executable
 from pulsar_state.deploy.errors import BrokerNotRunningError, BrokerStartError
+from pulsar_state.deploy.processes import (
+    process_runs,
+    signal_group,
+    tail_lines,
+    terminate_group,
+    wait_gone,
+)
 from pulsar_state.deploy.standalone_config import (
     DEFAULT_PULSAR_MEM,
     StandalonePorts,
@@ -128,11 +134,7 @@ class StandaloneBroker:
         return self.data_dir / "ports.json"
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_file.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return tail_lines(self.log_file, lines)
 
     # -- status ---------------------------------------------------------------
 
@@ -147,20 +149,7 @@ class StandaloneBroker:
         return info
 
     def _is_our_process(self, pid: int) -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return False
-        cmdline = Path(f"/proc/{pid}/cmdline")
-        if cmdline.exists():
-            try:
-                args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                return False
-            return _MAIN_CLASS in args and str(self.data_dir) in args
-        return True  # no /proc: trust the pid file
+        return process_runs(pid, (_MAIN_CLASS, str(self.data_dir)))
 
     def is_ready(self, info: BrokerInfo, *, timeout_s: float = 2.0) -> bool:
         """Broker answers admin calls (and the worker does, when enabled)."""
@@ -357,38 +346,11 @@ class StandaloneBroker:
     def kill(self) -> None:
         """SIGKILL the whole process group: a crash, not a shutdown (fault tests)."""
         info = self.require_running()
-        _signal_group(info.pid, signal.SIGKILL)
-        _wait_gone(info.pid, 30)
+        signal_group(info.pid, signal.SIGKILL)
+        wait_gone(info.pid, 30)
         self._state_file.unlink(missing_ok=True)
 
     @staticmethod
     def _terminate(pid: int, *, timeout_s: float) -> None:
-        _signal_group(pid, signal.SIGTERM)
-        if not _wait_gone(pid, timeout_s):
-            log.warning("standalone pid %s ignored SIGTERM for %.0fs; killing", pid, timeout_s)
-            _signal_group(pid, signal.SIGKILL)
-            _wait_gone(pid, 30)
         # function instances the worker left behind share the process group
-        _signal_group(pid, signal.SIGKILL)
-
-
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)  # start_new_session: pgid == pid
-
-
-def _wait_gone(pid: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            reaped, _ = os.waitpid(pid, os.WNOHANG)
-            if reaped == pid:
-                return True
-        except ChildProcessError:
-            pass  # not our child (started by another process): poll its existence
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.2)
-    return False
+        terminate_group(pid, timeout_s=timeout_s, what="standalone")

@@ -37,7 +37,11 @@ from pulsar_state.errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_PULSAR_MEM",
+    "LOOPBACK",
     "StandalonePorts",
+    "free_ports",
+    "merge_properties",
+    "port_is_free",
     "render_functions_worker_yml",
     "render_standalone_conf",
 ]
@@ -63,7 +67,8 @@ _BROKER_SETTINGS: dict[str, str] = {
 }
 
 
-def _port_is_free(port: int) -> bool:
+def port_is_free(port: int) -> bool:
+    """Nobody listens on ``port`` of loopback right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -80,6 +85,14 @@ def _free_port(taken: set[int]) -> int:
             port = int(sock.getsockname()[1])
         if port not in taken:
             return port
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports that are free on loopback right now."""
+    chosen: list[int] = []
+    for _ in range(count):
+        chosen.append(_free_port(set(chosen)))
+    return chosen
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,12 +113,7 @@ class StandalonePorts:
     @classmethod
     def pick(cls) -> StandalonePorts:
         """Three distinct ports that are free on loopback right now."""
-        taken: set[int] = set()
-        chosen = []
-        for _ in range(3):
-            port = _free_port(taken)
-            taken.add(port)
-            chosen.append(port)
+        chosen = free_ports(3)
         return cls(broker=chosen[0], web=chosen[1], worker=chosen[2])
 
     @classmethod
@@ -123,7 +131,7 @@ class StandalonePorts:
             ("web service", self.web),
             ("functions worker", self.worker),
         ):
-            if not _port_is_free(port):
+            if not port_is_free(port):
                 raise PortInUseError(port, purpose)
 
     @property
@@ -143,7 +151,13 @@ def render_standalone_conf(
     settings["brokerServicePort"] = str(ports.broker)
     settings["webServicePort"] = str(ports.web)
     settings.update(extra or {})
-    template = (dist.root / "conf" / "standalone.conf").read_text()
+    return merge_properties((dist.root / "conf" / "standalone.conf").read_text(), settings)
+
+
+def merge_properties(template: str, overrides: dict[str, str]) -> str:
+    """A ``key=value`` config file: ``template`` with each of ``overrides`` set in
+    place (its line, when the template has one uncommented) or appended."""
+    settings = dict(overrides)
     lines = []
     for line in template.splitlines():
         key = line.split("=", 1)[0].strip()

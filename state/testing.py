@@ -1,4 +1,4 @@
-"""A real Pulsar for your own tests: :class:`EmbeddedPulsar`.
+"""A real Pulsar for your own tests: :class:`EmbeddedPulsar` and :class:`EmbeddedCluster`.
 
 ``EmbeddedPulsar`` starts the project's embedded standalone
 (:class:`pulsar_state.deploy.standalone.StandaloneBroker`) on a data directory
@@ -24,8 +24,29 @@ a few lines::
             m.put("k", 1).result(30)
         client.close()
 
+``EmbeddedCluster`` starts a real multi-broker cluster instead
+(:class:`pulsar_state.deploy.cluster.LocalCluster`: one ZooKeeper, 1-3 bookies,
+1-5 brokers, optionally with token authentication), for tests of what only a
+cluster shows: a topic moving to another broker, a broker crash, redirects
+between brokers. It hands out each broker's URLs, the super-user's token, a
+client factory, and the faults::
+
+    from pulsar_state.testing import EmbeddedCluster
+
+    @pytest.fixture(scope="session")
+    def cluster(tmp_path_factory):
+        with EmbeddedCluster(data_dir=tmp_path_factory.mktemp("cluster"), auth="token") as c:
+            yield c
+
+    def test_failover(cluster):
+        client = cluster.client()              # every broker's URL, the super-user's token
+        admin_0, admin_1 = cluster.admin_urls  # broker 0's and broker 1's admin URL
+        cluster.kill_broker(0)                 # SIGKILL; its topics move after ~30 s
+        cluster.start_broker(0)                # back, healthy and listed
+
 The first start needs the Pulsar distribution (fetched once with Maven into the
-user cache, as ``pulsar-state broker start`` does) and Java 17 or newer.
+user cache, as ``pulsar-state broker start`` does) and Java 17 or newer. Two
+brokers and a bookie take about 1.3 GB of memory.
 """
 
 from __future__ import annotations
@@ -33,12 +54,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
+import pulsar
+
+from pulsar_state.deploy.cluster import ClusterInfo, LocalCluster
 from pulsar_state.deploy.errors import BrokerNotRunningError
 from pulsar_state.deploy.standalone import StandaloneBroker
 from pulsar_state.errors import ConfigurationError
 
-__all__ = ["EmbeddedPulsar"]
+__all__ = ["EmbeddedCluster", "EmbeddedPulsar"]
 
 SERVICE_URL_ENV = "PULSAR_SERVICE_URL"
 ADMIN_URL_ENV = "PULSAR_ADMIN_URL"
@@ -168,3 +193,141 @@ class EmbeddedPulsar:
         where = "environment" if self.external else f"data_dir={self.data_dir}"
         state = f"service_url={self._urls[0]}" if self._urls else "stopped"
         return f"EmbeddedPulsar({where}, {state})"
+
+
+class EmbeddedCluster:
+    """A multi-broker Pulsar cluster for tests (:class:`~pulsar_state.deploy.cluster.LocalCluster`).
+
+    Args:
+        data_dir: where the cluster keeps its data, logs, tokens and pids.
+        brokers: brokers to run, 1..5.
+        bookies: bookies to run, 1..3.
+        auth: ``None`` or ``"token"`` (JWT authentication and authorization).
+        functions: run a functions worker inside each broker.
+        fresh: start on empty data (a previous run's topics and tokens are gone).
+        start_timeout_s: how long each step of the start may take.
+        broker_settings: extra ``broker.conf`` settings of every broker.
+
+    Raises:
+        ConfigurationError: a value out of range (see :class:`LocalCluster`).
+        TypeError: a value of the wrong type.
+    """
+
+    def __init__(
+        self,
+        *,
+        data_dir: str | os.PathLike[str],
+        brokers: int = 2,
+        bookies: int = 1,
+        auth: str | None = None,
+        functions: bool = False,
+        fresh: bool = True,
+        start_timeout_s: float = 240.0,
+        broker_settings: dict[str, str] | None = None,
+    ) -> None:
+        if not isinstance(fresh, bool):
+            raise ConfigurationError(f"fresh must be a bool, got {fresh!r}")
+        self.fresh = fresh
+        self.cluster = LocalCluster(
+            data_dir=data_dir,
+            brokers=brokers,
+            bookies=bookies,
+            auth=auth,
+            functions=functions,
+            start_timeout_s=start_timeout_s,
+            broker_settings=broker_settings,
+        )
+        self._info: ClusterInfo | None = None
+
+    @property
+    def info(self) -> ClusterInfo:
+        """The running cluster's names, URLs and token.
+
+        Raises:
+            BrokerNotRunningError: :meth:`start` was not called.
+        """
+        if self._info is None:
+            raise BrokerNotRunningError("EmbeddedCluster is not started: call start() first")
+        return self._info
+
+    @property
+    def service_urls(self) -> tuple[str, ...]:
+        """Each broker's ``pulsar://`` URL, broker 0 first."""
+        return self.info.service_urls
+
+    @property
+    def admin_urls(self) -> tuple[str, ...]:
+        """Each broker's admin URL, broker 0 first."""
+        return self.info.admin_urls
+
+    @property
+    def service_url(self) -> str:
+        """One service URL naming every broker."""
+        return self.info.service_url
+
+    @property
+    def admin_url(self) -> str:
+        """Broker 0's admin URL."""
+        return self.info.admin_urls[0]
+
+    @property
+    def superuser_token(self) -> str | None:
+        """The super-user's token with ``auth="token"``, else ``None``."""
+        return self.info.superuser_token
+
+    def token(self, role: str) -> str:
+        """A token for ``role`` (it has only the permissions granted to it).
+
+        Raises:
+            ConfigurationError: ``role`` is not a plain name.
+            BrokerNotRunningError: the cluster does not use token authentication.
+        """
+        return self.cluster.token(role)
+
+    def client(self, broker: int | None = None, **kwargs: Any) -> pulsar.Client:
+        """A ``pulsar.Client`` of broker ``broker`` (default: every broker),
+        authenticated as the super-user under auth; ``kwargs`` go to the client."""
+        url = self.service_url if broker is None else self.service_urls[broker]
+        token = self.superuser_token
+        if token is not None:
+            kwargs.setdefault("authentication", pulsar.AuthenticationToken(token))
+        return pulsar.Client(url, **kwargs)
+
+    def kill_broker(self, index: int) -> None:
+        """SIGKILL broker ``index`` (see :meth:`LocalCluster.kill_broker`)."""
+        self.cluster.kill_broker(index)
+
+    def start_broker(self, index: int) -> None:
+        """Start broker ``index`` again and wait until it is ready."""
+        self.cluster.start_broker(index)
+
+    def start(self) -> EmbeddedCluster:
+        """Start the cluster; return ``self``.
+
+        Raises:
+            BrokerStartError: a process exited or was not ready in time.
+        """
+        if self.fresh:
+            self.cluster.stop()  # a cluster left by an interrupted run on this data dir
+        self._info = self.cluster.start(fresh=self.fresh)
+        return self
+
+    def stop(self) -> None:
+        """Stop every process of the cluster."""
+        self._info = None
+        self.cluster.stop()
+
+    def __enter__(self) -> EmbeddedCluster:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = f"service_url={self._info.service_url}" if self._info else "stopped"
+        return f"EmbeddedCluster(data_dir={self.cluster.data_dir}, {state})"

@@ -1,7 +1,7 @@
 """The ``pulsar-state`` command line: one group per concept, one option set, one exit-code table.
 
 Every command lives in this package (``map``, ``meta``, ``functions``,
-``serve``, ``sink``, ``broker``, ``deploy``/``undeploy``/``package``,
+``serve``, ``sink``, ``broker``, ``cluster``, ``deploy``/``undeploy``/``package``,
 ``demo``); what they call stays in its concept's module. Options shared by
 the commands are in :mod:`.options`; the exit codes, and the one mapping of
 the project's errors to them, in :mod:`.exit_codes` (the ``main`` group runs
@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from pulsar_state.cli.broker import broker
+from pulsar_state.cli.cluster import cluster
 from pulsar_state.cli.demo import demo
 from pulsar_state.cli.deploy import deploy, package, undeploy
 from pulsar_state.cli.exit_codes import EXIT_CODES_EPILOG, cli_errors
@@ -47,6 +48,7 @@ def main(verbose: int) -> None:
 
 
 main.add_command(broker)
+main.add_command(cluster)
 main.add_command(demo)
 main.add_command(sink)
 main.add_command(deploy)

@@ -1,0 +1,378 @@
+"""The local cluster's configuration: its knobs, its ports, and each process's config file.
+
+Pure: nothing here starts a process. :class:`ClusterConfig` is the validated
+shape of one cluster (how many brokers and bookies, authentication, the
+functions worker, heap sizes); :class:`ClusterPorts` its loopback ports, kept
+for the data directory's life; the ``*_settings`` functions give the settings
+each process's copy of the distribution's config overrides (everything else
+stays Pulsar's), and the ``render_*`` functions write them into that copy.
+
+Every path is absolute: ``bin/pulsar`` changes to the distribution's directory
+before it starts Java, so a relative ``dataDir`` would land in the shared
+distribution.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pulsar_state.deploy.errors import PortInUseError
+from pulsar_state.deploy.standalone_config import (
+    LOOPBACK,
+    free_ports,
+    merge_properties,
+    port_is_free,
+)
+from pulsar_state.deploy.token_auth import TokenAuthority
+from pulsar_state.errors import ConfigurationError
+
+__all__ = [
+    "AUTH_MODES",
+    "BookiePorts",
+    "BrokerPorts",
+    "ClusterConfig",
+    "ClusterPorts",
+    "bookie_settings",
+    "broker_settings",
+    "functions_worker_config",
+    "merge_properties",
+    "render_functions_worker_yml",
+    "zookeeper_settings",
+]
+
+#: ``auth`` values :class:`ClusterConfig` takes (``None``: no authentication)
+AUTH_MODES = ("token",)
+MAX_BROKERS = 5
+MAX_BOOKIES = 3
+
+#: G1 with small heaps: the distribution's default (ZGC, pre-touched 2 GB heaps)
+#: multi-maps the heap and would take most of a small machine
+DEFAULT_GC = "-XX:+UseG1GC -XX:MaxGCPauseMillis=50"
+DEFAULT_ZOOKEEPER_MEM = "-Xms64m -Xmx256m -XX:MaxDirectMemorySize=64m"
+DEFAULT_BOOKIE_MEM = "-Xms128m -Xmx256m -XX:MaxDirectMemorySize=256m"
+DEFAULT_BROKER_MEM = "-Xms128m -Xmx512m -XX:MaxDirectMemorySize=256m"
+#: the short-lived ``initialize-cluster-metadata`` tool
+TOOL_MEM = "-Xms64m -Xmx256m"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterConfig:
+    """The shape of one local cluster (validated at construction).
+
+    Attributes:
+        brokers: brokers to run, 1..5.
+        bookies: bookies to run, 1..3; every ledger is written to all of them
+            (ensemble = write quorum = ack quorum = bookies).
+        auth: ``None`` (no authentication) or ``"token"`` (JWT tokens signed
+            with the cluster's secret; authorization on, super-user ``admin``).
+        functions: run a functions worker inside each broker.
+        cluster_name: the Pulsar cluster's name.
+        zookeeper_mem, bookie_mem, broker_mem: JVM memory flags per process kind.
+        gc: JVM garbage collector flags (``PULSAR_GC``) of every process.
+        start_timeout_s: how long a start waits for each step to be ready.
+        broker_settings: extra ``broker.conf`` settings of every broker (they win).
+    """
+
+    brokers: int = 2
+    bookies: int = 1
+    auth: str | None = None
+    functions: bool = False
+    cluster_name: str = "local"
+    zookeeper_mem: str = DEFAULT_ZOOKEEPER_MEM
+    bookie_mem: str = DEFAULT_BOOKIE_MEM
+    broker_mem: str = DEFAULT_BROKER_MEM
+    gc: str = DEFAULT_GC
+    start_timeout_s: float = 240.0
+    broker_settings: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _count("brokers", self.brokers, MAX_BROKERS)
+        _count("bookies", self.bookies, MAX_BOOKIES)
+        if self.auth is not None and self.auth not in AUTH_MODES:
+            raise ConfigurationError(f"auth must be None or 'token', got {self.auth!r}")
+        if not isinstance(self.functions, bool):
+            raise TypeError(f"functions must be a bool, got {self.functions!r}")
+        name = self.cluster_name
+        if not isinstance(name, str) or not name or not name.replace("-", "").isalnum():
+            raise ConfigurationError(f"cluster_name must be letters, digits and '-', got {name!r}")
+        for label in ("zookeeper_mem", "bookie_mem", "broker_mem", "gc"):
+            if not isinstance(getattr(self, label), str):
+                raise TypeError(f"{label} must be a str, got {getattr(self, label)!r}")
+        timeout = self.start_timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+            raise ConfigurationError(f"start_timeout_s must be > 0, got {timeout!r}")
+        extra = self.broker_settings
+        if not isinstance(extra, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in extra.items()
+        ):
+            raise ConfigurationError(f"broker_settings must map str to str, got {extra!r}")
+
+    def layout(self) -> dict[str, Any]:
+        """What a data directory's data depends on (a change needs a fresh start)."""
+        return {
+            "brokers": self.brokers,
+            "bookies": self.bookies,
+            "auth": self.auth,
+            "cluster_name": self.cluster_name,
+        }
+
+
+def _count(label: str, value: object, most: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{label} must be an int, got {value!r}")
+    if not 1 <= value <= most:
+        raise ConfigurationError(f"{label} must be 1..{most}, got {value}")
+
+
+# -- ports ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrokerPorts:
+    """One broker's ports: the binary protocol and HTTP (admin, lookups, the worker)."""
+
+    service: int
+    web: int
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://{LOOPBACK}:{self.service}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.web}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BookiePorts:
+    """One bookie's ports: the bookie protocol and its Prometheus metrics."""
+
+    bookie: int
+    stats: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterPorts:
+    """Every loopback port of one cluster; all distinct."""
+
+    zookeeper: int
+    zookeeper_metrics: int
+    bookies: tuple[BookiePorts, ...]
+    brokers: tuple[BrokerPorts, ...]
+
+    def __post_init__(self) -> None:
+        if not self.bookies or not self.brokers:
+            raise ConfigurationError("a cluster needs a bookie and a broker")
+        ports = self.named()
+        for purpose, port in ports:
+            if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+                raise ConfigurationError(f"port of {purpose} must be 1..65535, got {port!r}")
+        if len({port for _, port in ports}) != len(ports):
+            raise ConfigurationError(f"ports must differ, got {ports}")
+
+    def named(self) -> list[tuple[str, int]]:
+        """(purpose, port) of every port."""
+        out = [("zookeeper", self.zookeeper), ("zookeeper metrics", self.zookeeper_metrics)]
+        for i, bookie in enumerate(self.bookies):
+            out += [(f"bookie-{i}", bookie.bookie), (f"bookie-{i} metrics", bookie.stats)]
+        for i, broker in enumerate(self.brokers):
+            out += [(f"broker-{i} service", broker.service), (f"broker-{i} web", broker.web)]
+        return out
+
+    @classmethod
+    def pick(cls, *, brokers: int, bookies: int) -> ClusterPorts:
+        """Ports that are free on loopback right now, all distinct."""
+        ports = iter(free_ports(2 + 2 * bookies + 2 * brokers))
+        return cls(
+            zookeeper=next(ports),
+            zookeeper_metrics=next(ports),
+            bookies=tuple(
+                BookiePorts(bookie=next(ports), stats=next(ports)) for _ in range(bookies)
+            ),
+            brokers=tuple(
+                BrokerPorts(service=next(ports), web=next(ports)) for _ in range(brokers)
+            ),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> ClusterPorts:
+        data = json.loads(text)
+        return cls(
+            zookeeper=int(data["zookeeper"]),
+            zookeeper_metrics=int(data["zookeeper_metrics"]),
+            bookies=tuple(BookiePorts(**b) for b in data["bookies"]),
+            brokers=tuple(BrokerPorts(**b) for b in data["brokers"]),
+        )
+
+    def check_free(self) -> None:
+        """Raise :class:`PortInUseError` for the first port someone else holds."""
+        for purpose, port in self.named():
+            if not port_is_free(port):
+                raise PortInUseError(port, purpose)
+
+    @property
+    def metadata_store_url(self) -> str:
+        return f"zk:{LOOPBACK}:{self.zookeeper}"
+
+
+# -- settings -------------------------------------------------------------------------
+
+
+def zookeeper_settings(ports: ClusterPorts, data_dir: Path) -> dict[str, str]:
+    """``zookeeper.conf`` overrides: loopback, this cluster's ports and data."""
+    return {
+        "dataDir": str(data_dir / "data" / "zookeeper"),
+        "clientPort": str(ports.zookeeper),
+        "clientPortAddress": LOOPBACK,
+        "admin.enableServer": "false",
+        "metricsProvider.httpHost": LOOPBACK,
+        "metricsProvider.httpPort": str(ports.zookeeper_metrics),
+    }
+
+
+def bookie_settings(ports: ClusterPorts, index: int, data_dir: Path) -> dict[str, str]:
+    """``bookkeeper.conf`` overrides of bookie ``index``: loopback, small caches."""
+    own = ports.bookies[index]
+    home = data_dir / "data" / f"bookie-{index}"
+    return {
+        "bookiePort": str(own.bookie),
+        "advertisedAddress": LOOPBACK,
+        "allowLoopback": "true",
+        "journalDirectory": str(home / "journal"),
+        "ledgerDirectories": str(home / "ledgers"),
+        "metadataServiceUri": f"metadata-store:{ports.metadata_store_url}",
+        "zkServers": f"{LOOPBACK}:{ports.zookeeper}",
+        "prometheusStatsHttpAddress": LOOPBACK,
+        "prometheusStatsHttpPort": str(own.stats),
+        "httpServerEnabled": "false",
+        "autoRecoveryDaemonEnabled": "false",
+        "dbStorage_writeCacheMaxSizeMb": "32",
+        "dbStorage_readAheadCacheMaxSizeMb": "32",
+        "dbStorage_rocksDB_blockCacheSize": str(16 * 1024 * 1024),
+        "journalPreAllocSizeMB": "4",
+        # write the journal as soon as its queue is empty (see standalone_config)
+        "journalFlushWhenQueueEmpty": "true",
+    }
+
+
+def broker_settings(
+    config: ClusterConfig,
+    ports: ClusterPorts,
+    index: int,
+    authority: TokenAuthority | None = None,
+) -> dict[str, str]:
+    """``broker.conf`` overrides of broker ``index``.
+
+    Loopback, its own ports, the cluster's ZooKeeper as both metadata stores,
+    every ledger on every bookie, inactive topics kept (a state topic may have
+    only readers), authentication when ``authority`` is given (the brokers'
+    own client then authenticates as the super-user: brokers talk to each
+    other), and ``config.broker_settings`` last.
+    """
+    own = ports.brokers[index]
+    settings = {
+        "clusterName": config.cluster_name,
+        "metadataStoreUrl": ports.metadata_store_url,
+        "configurationMetadataStoreUrl": ports.metadata_store_url,
+        "brokerServicePort": str(own.service),
+        "webServicePort": str(own.web),
+        "bindAddress": LOOPBACK,
+        "advertisedAddress": LOOPBACK,
+        "managedLedgerDefaultEnsembleSize": str(config.bookies),
+        "managedLedgerDefaultWriteQuorum": str(config.bookies),
+        "managedLedgerDefaultAckQuorum": str(config.bookies),
+        "brokerDeleteInactiveTopicsEnabled": "false",
+        "managedLedgerCacheSizeMB": "64",
+        "brokerShutdownTimeoutMs": "5000",
+        # deliver new entries to caught-up consumers at once (see standalone_config)
+        "managedLedgerNewEntriesCheckDelayInMillis": "0",
+        "functionsWorkerEnabled": str(config.functions).lower(),
+    }
+    if authority is not None:
+        settings.update(authority.broker_settings())
+    settings.update(config.broker_settings)
+    return settings
+
+
+def functions_worker_config(
+    template: dict[str, Any],
+    config: ClusterConfig,
+    ports: ClusterPorts,
+    index: int,
+    *,
+    data_dir: Path,
+    python_instance: Path,
+    distribution_root: Path,
+    authority: TokenAuthority | None = None,
+) -> dict[str, Any]:
+    """``functions_worker.yml`` of the worker inside broker ``index``.
+
+    The worker listens on its broker's web port, stores function code on the
+    bookies (one replica per bookie), runs Python functions as processes (the
+    launcher puts the interpreter's ``bin/`` first on ``PATH``) and keeps its
+    downloads and logs under ``data_dir``. With ``authority`` it checks tokens
+    as its broker does; list-typed settings are YAML lists.
+    """
+    own = ports.brokers[index]
+    worker = dict(template)
+    worker.update(
+        {
+            "workerId": f"{config.cluster_name}-broker-{index}",
+            "workerHostname": LOOPBACK,
+            "workerPort": own.web,
+            "pulsarServiceUrl": own.service_url,
+            "pulsarWebServiceUrl": own.admin_url,
+            "pulsarFunctionsCluster": config.cluster_name,
+            "configurationMetadataStoreUrl": ports.metadata_store_url,
+            "numFunctionPackageReplicas": config.bookies,
+            "downloadDirectory": str(data_dir / "download" / f"broker-{index}"),
+            "connectorsDirectory": str(distribution_root / "connectors"),
+            "functionsDirectory": str(distribution_root / "functions"),
+        }
+    )
+    runtime = dict(worker.get("functionRuntimeFactoryConfigs") or {})
+    runtime.update(
+        {
+            "logDirectory": str(data_dir / "logs" / f"functions-broker-{index}"),
+            "pythonInstanceLocation": str(python_instance),
+        }
+    )
+    worker["functionRuntimeFactoryConfigs"] = runtime
+    if authority is not None:
+        secret = base64.b64encode(authority.secret).decode()
+        client = {
+            "brokerClientAuthenticationPlugin": (
+                "org.apache.pulsar.client.impl.auth.AuthenticationToken"
+            ),
+            "brokerClientAuthenticationParameters": f"token:{authority.superuser_token}",
+        }
+        worker.update(
+            {
+                "authenticationEnabled": True,
+                "authenticationProviders": [
+                    "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
+                ],
+                "authorizationEnabled": True,
+                "superUserRoles": [authority.superuser],
+                "properties": {"tokenSecretKey": f"data:;base64,{secret}"},
+                **client,
+                "clientAuthenticationPlugin": client["brokerClientAuthenticationPlugin"],
+                "clientAuthenticationParameters": client["brokerClientAuthenticationParameters"],
+            }
+        )
+    return worker
+
+
+def render_functions_worker_yml(config: dict[str, Any]) -> str:
+    """The worker's config as YAML (lists stay lists)."""
+    header = "# Rendered by pulsar-shared-state from the distribution's functions_worker.yml\n"
+    return header + yaml.safe_dump(config, sort_keys=False)
