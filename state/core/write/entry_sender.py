@@ -151,9 +151,7 @@ def send_entry(
         # the client's own blocking send: it waits in C++ without the GIL and
         # calls no Python code on its IO thread (the producer's send timeout
         # bounds it, and fails it as pulsar.Timeout)
-        return Position.from_message_id(
-            producer._producer.send(_native(messages[0], alone=True))
-        )
+        return Position.from_message_id(producer._producer.send(_native(messages[0], alone=True)))
     _send_leading(producer, messages)
     _send(producer, messages[-1], acks.callback)
     producer.flush()
