@@ -49,7 +49,7 @@ test-integration: $(STAMP)
 	$(PY) -m pytest tests/integration
 
 # a real two-broker cluster with token auth (pulsar-state cluster), started once on
-# .pulsar/test-cluster (PULSAR_STATE_TEST_CLUSTER_DIR moves it); not part of `make test`
+# .pulsar/test-cluster (PULSAR_STATE_TEST_CLUSTER_DIR moves it); `make test` runs it last
 test-cluster: $(STAMP)
 	$(PY) -m pytest tests/cluster
 

@@ -2,9 +2,10 @@
 
 ``EmbeddedPulsar`` starts the project's embedded standalone
 (:class:`pulsar_state.deploy.standalone.StandaloneBroker`) on a data directory
-and stops it again. When ``PULSAR_SERVICE_URL`` and ``PULSAR_ADMIN_URL`` are
-both set it starts nothing and hands out those URLs instead (a cluster you
-already run, e.g. in CI). No pytest plugin is registered; a session fixture is
+and stops it again. When ``PULSAR_STATE_TEST_SERVICE_URL`` and
+``PULSAR_STATE_TEST_ADMIN_URL`` are both set it starts nothing and hands out
+those URLs instead (a cluster you already run, e.g. in CI; never the CLI's
+``PULSAR_SERVICE_URL``, which may name a cluster your tests must not write to). No pytest plugin is registered; a session fixture is
 a few lines::
 
     import pulsar
@@ -65,8 +66,8 @@ from pulsar_state.errors import ConfigurationError
 
 __all__ = ["EmbeddedCluster", "EmbeddedPulsar"]
 
-SERVICE_URL_ENV = "PULSAR_SERVICE_URL"
-ADMIN_URL_ENV = "PULSAR_ADMIN_URL"
+SERVICE_URL_ENV = "PULSAR_STATE_TEST_SERVICE_URL"
+ADMIN_URL_ENV = "PULSAR_STATE_TEST_ADMIN_URL"
 
 
 class EmbeddedPulsar:
@@ -74,7 +75,9 @@ class EmbeddedPulsar:
 
     Args:
         data_dir: where the embedded standalone keeps its data (required unless
-            ``PULSAR_SERVICE_URL`` and ``PULSAR_ADMIN_URL`` are set).
+            ``PULSAR_STATE_TEST_SERVICE_URL`` and ``PULSAR_STATE_TEST_ADMIN_URL``
+            are set; never the CLI's ``PULSAR_SERVICE_URL``, which may name a
+            cluster your tests must not write to).
         functions: run the functions worker too (slower to start, more memory).
         fresh: start on empty data (a previous run's topics are gone).
         start_timeout_s: how long :meth:`start` waits for the broker to be ready.

@@ -21,6 +21,7 @@ from postgres_server import PostgresServer, start_server
 from pulsar_state.runtime.instance_metrics import unlabel_instance_metrics
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
+CLUSTER_DIR = Path(__file__).parent / "cluster"
 
 
 #: the CLI's and the library's connection variables: exported in a user's shell
@@ -58,10 +59,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if INTEGRATION_DIR in Path(str(item.fspath)).parents:
+        parents = Path(str(item.fspath)).parents
+        if INTEGRATION_DIR in parents:
             item.add_marker(pytest.mark.integration)
-    # tests that restart or kill the broker run last
-    items.sort(key=lambda item: item.get_closest_marker("fault") is not None)
+        if CLUSTER_DIR in parents:
+            item.add_marker(pytest.mark.cluster)
+    # tests that restart or kill the broker run last, then those of the local
+    # cluster (started on first use: its four JVMs idle through nothing else)
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("cluster") is not None,
+            item.get_closest_marker("fault") is not None,
+        )
+    )
 
 
 @pytest.fixture(autouse=True)

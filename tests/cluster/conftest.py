@@ -4,7 +4,8 @@
 brokers and one bookie with token authentication, started fresh once per
 session on ``.pulsar/test-cluster`` (``PULSAR_STATE_TEST_CLUSTER_DIR`` moves
 it, so that two suites on one machine each have their own) and stopped at the
-end. Not part of ``make test``: ``make test-cluster`` runs it.
+end. ``make test`` runs it after everything else (the ``cluster`` marker);
+``make test-cluster`` runs it alone.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``pulsar_state.testing.EmbeddedPulsar`` for users' own suites (issue #15).
 
-With ``PULSAR_SERVICE_URL``/``PULSAR_ADMIN_URL`` set it starts nothing and a
+With ``PULSAR_STATE_TEST_SERVICE_URL``/``PULSAR_STATE_TEST_ADMIN_URL`` set it starts nothing and a
 map works through its URLs (the session's broker stands in for "a cluster you
 already run"); its configuration is validated up front. No extra standalone is
 started here: the session already runs one.
@@ -25,8 +25,8 @@ from pulsar_state.testing import EmbeddedPulsar
 def test_environment_mode_starts_nothing_and_a_map_works(
     pulsar_endpoint: PulsarEndpoint, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("PULSAR_SERVICE_URL", pulsar_endpoint.service_url)
-    monkeypatch.setenv("PULSAR_ADMIN_URL", pulsar_endpoint.admin_url)
+    monkeypatch.setenv("PULSAR_STATE_TEST_SERVICE_URL", pulsar_endpoint.service_url)
+    monkeypatch.setenv("PULSAR_STATE_TEST_ADMIN_URL", pulsar_endpoint.admin_url)
     data_dir = tmp_path / "unused"
     with EmbeddedPulsar(data_dir=data_dir) as broker:
         assert broker.external
@@ -49,8 +49,8 @@ def test_environment_mode_starts_nothing_and_a_map_works(
 
 
 def _without_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("PULSAR_SERVICE_URL", raising=False)
-    monkeypatch.delenv("PULSAR_ADMIN_URL", raising=False)
+    monkeypatch.delenv("PULSAR_STATE_TEST_SERVICE_URL", raising=False)
+    monkeypatch.delenv("PULSAR_STATE_TEST_ADMIN_URL", raising=False)
 
 
 @pytest.mark.parametrize(
@@ -80,7 +80,7 @@ def test_data_dir_is_required_without_the_environment(monkeypatch: pytest.Monkey
 
 def test_only_one_url_variable_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     _without_env(monkeypatch)
-    monkeypatch.setenv("PULSAR_SERVICE_URL", "pulsar://127.0.0.1:6650")
+    monkeypatch.setenv("PULSAR_STATE_TEST_SERVICE_URL", "pulsar://127.0.0.1:6650")
     with pytest.raises(ConfigurationError, match="must both be set"):
         EmbeddedPulsar(data_dir=tmp_path)
 

@@ -1,0 +1,139 @@
+"""Issue #27: on a two-broker cluster with token authentication, the library
+works through the broker that does not own the topic.
+
+Such a broker answers a topic-level admin call with 307 to the owner. Before
+``ClusterSession`` the token was dropped on the way: opening a map through
+the non-owner failed with ``PermissionDeniedError ... (401)``, a checkpoint
+failed once the checkpoint topic lived on the other broker, and the CLI and
+the Spark source's admin reads failed likewise. Each test below first checks
+that its admin URL really is the non-owner's (the topic's owner is looked up),
+so that a redirect is taken, not assumed.
+"""
+
+from __future__ import annotations
+
+import pulsar
+import pytest
+import requests
+from harness import pulsar_state_cli, unique_topic
+
+from pulsar_state import PulsarMap, StateConfig
+from pulsar_state.cluster.admin import PulsarAdmin, topic_path
+from pulsar_state.cluster.endpoint import AdminEndpoint
+from pulsar_state.connectors.spark_options import SourceOptions
+from pulsar_state.testing import EmbeddedCluster
+
+pytestmark = pytest.mark.timeout(900)
+
+QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+
+
+def _bearer(cluster: EmbeddedCluster) -> dict[str, str]:
+    return {"Authorization": f"Bearer {cluster.superuser_token}"}
+
+
+def owner_of(cluster: EmbeddedCluster, topic: str) -> int:
+    """The index of the broker that owns ``topic`` (looked up, which loads it)."""
+    answer = requests.get(
+        f"{cluster.admin_urls[0]}/lookup/v2/topic/{topic_path(topic)}",
+        headers=_bearer(cluster),
+        timeout=60,
+    )
+    answer.raise_for_status()
+    http_url = answer.json()["httpUrl"].rstrip("/")
+    return cluster.admin_urls.index(http_url)
+
+
+def created_on_one(cluster: EmbeddedCluster, prefix: str) -> tuple[str, str]:
+    """A new topic and the admin URL of the broker that does NOT own it."""
+    topic = unique_topic(prefix)
+    created = requests.put(
+        f"{cluster.admin_urls[0]}/admin/v2/{topic_path(topic)}",
+        headers=_bearer(cluster),
+        timeout=60,
+        allow_redirects=False,
+    )
+    if created.status_code == 307:  # the bundle's owner creates it
+        created = requests.put(created.headers["Location"], headers=_bearer(cluster), timeout=60)
+    assert created.status_code in (200, 204), created.text
+    owner = owner_of(cluster, topic)
+    return topic, cluster.admin_urls[1 - owner]
+
+
+def _client(cluster: EmbeddedCluster) -> pulsar.Client:
+    return pulsar.Client(
+        cluster.service_url,
+        authentication=pulsar.AuthenticationToken(cluster.superuser_token),
+        operation_timeout_seconds=60,
+        logger=QUIET,
+    )
+
+
+def test_the_non_owner_redirects_and_a_plain_redirect_loses_the_token(
+    local_cluster: EmbeddedCluster,
+) -> None:
+    """What the library met: the 307, and requests' own following answered 401."""
+    topic, elsewhere = created_on_one(local_cluster, "redirect-seen")
+    url = f"{elsewhere}/admin/v2/{topic_path(topic)}/stats"
+    first = requests.get(url, headers=_bearer(local_cluster), timeout=60, allow_redirects=False)
+    assert first.status_code == 307
+    assert requests.get(url, headers=_bearer(local_cluster), timeout=60).status_code == 401
+    # through the library's session: followed with the token
+    stats = PulsarAdmin(elsewhere, headers=_bearer(local_cluster)).stats(topic)
+    assert "subscriptions" in stats
+
+
+def test_a_map_opened_through_the_non_owner_writes_reads_and_checkpoints(
+    local_cluster: EmbeddedCluster,
+) -> None:
+    topic, elsewhere = created_on_one(local_cluster, "map-non-owner")
+    client = _client(local_cluster)
+    endpoint = AdminEndpoint(url=elsewhere, headers=_bearer(local_cluster))
+    try:
+        with PulsarMap[str, int](
+            client, topic, admin=endpoint, config=StateConfig(operation_timeout_s=60)
+        ) as m:
+            for i in range(20):
+                m.put(f"k{i}", i).result(60)
+            assert m.update("k0", lambda v: (v or 0) + 100).result(60) == 100
+            manifest = m.checkpoint().result(120)
+            assert manifest is not None
+            assert m.get("k19", latest=True).result(60) == 19
+        # a second map, through the same broker, bootstraps from that checkpoint
+        with PulsarMap[str, int](client, topic, admin=endpoint) as again:
+            assert again.items(latest=True).result(60) == {
+                **{f"k{i}": i for i in range(20)},
+                "k0": 100,
+            }
+    finally:
+        client.close()
+
+
+def test_the_cli_through_the_non_owner(local_cluster: EmbeddedCluster) -> None:
+    topic, elsewhere = created_on_one(local_cluster, "cli-non-owner")
+    env = {
+        "PULSAR_SERVICE_URL": local_cluster.service_url,
+        "PULSAR_ADMIN_URL": elsewhere,
+        "PULSAR_AUTH_TOKEN": local_cluster.superuser_token or "",
+    }
+    put = pulsar_state_cli("map", "--topic", topic, "put", "colour", '"blue"', env=env)
+    assert put.returncode == 0, put.stderr
+    got = pulsar_state_cli("map", "--topic", topic, "get", "colour", env=env)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.strip() == '"blue"'
+
+
+def test_the_spark_sources_admin_reads_through_the_non_owner(
+    local_cluster: EmbeddedCluster,
+) -> None:
+    topic, elsewhere = created_on_one(local_cluster, "spark-non-owner")
+    opts = SourceOptions.parse(
+        {
+            "serviceUrl": local_cluster.service_url,
+            "adminUrl": elsewhere,
+            "topic": topic,
+            "authToken": local_cluster.superuser_token or "",
+        }
+    )
+    opts.check_topic()
+    assert "ledgers" in opts.internal_stats()
