@@ -5,8 +5,8 @@
 and stops it again. When ``PULSAR_STATE_TEST_SERVICE_URL`` and
 ``PULSAR_STATE_TEST_ADMIN_URL`` are both set it starts nothing and hands out
 those URLs instead (a cluster you already run, e.g. in CI; never the CLI's
-``PULSAR_SERVICE_URL``, which may name a cluster your tests must not write to). No pytest plugin is registered; a session fixture is
-a few lines::
+``PULSAR_SERVICE_URL``, which may name a cluster your tests must not write to).
+No pytest plugin is registered; a session fixture is a few lines::
 
     import pulsar
     import pytest
