@@ -66,6 +66,8 @@ setup(
         "tqdm>=4.66",
         "pyjwt>=2.8",
         "packaging>=23",
+        # client.conf (Java properties), read as pulsar-admin reads it
+        "javaproperties>=0.8",
     ],
     extras_require={
         # What the functions worker's Python runner needs (grpc, protobuf, ...)

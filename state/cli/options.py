@@ -1,7 +1,8 @@
 """The options every ``pulsar-state`` command spells the same way, and what reads them.
 
 One set: the cluster's URLs (:func:`cluster_options`), authentication and TLS
-(:func:`auth_options`), ``--timeout`` (:func:`timeout_option`: seconds each
+(:func:`auth_options`), their defaults from a ``client.conf`` named by
+``PULSAR_CLIENT_CONF`` (:mod:`.client_conf`), ``--timeout`` (:func:`timeout_option`: seconds each
 operation of the command may take, 30 by default) and ``--output text|json``
 (:func:`output_option`: text by default, as the commands always printed).
 """
@@ -15,6 +16,7 @@ from typing import Any, TypeVar
 import click
 import pulsar
 
+from pulsar_state.cli.client_conf import conf_default, conf_flag
 from pulsar_state.client_log import client_logger
 from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.cluster.endpoint import AdminEndpoint
@@ -91,14 +93,14 @@ def auth_options(fn: F) -> F:
         click.option(
             "--auth-plugin",
             envvar="PULSAR_AUTH_PLUGIN",
-            default=None,
+            default=conf_default("auth_plugin", None),
             help="token, basic, tls, oauth2, or the plugin's class name as in client.conf "
             "(env PULSAR_AUTH_PLUGIN).",
         ),
         click.option(
             "--auth-params",
             envvar="PULSAR_AUTH_PARAMS",
-            default=None,
+            default=conf_default("auth_params", None),
             help="The plugin's parameters, e.g. token:JWT, file:///path/to/token, "
             "tlsCertFile:/c.pem,tlsKeyFile:/k.pem (env PULSAR_AUTH_PARAMS).",
         ),
@@ -106,19 +108,21 @@ def auth_options(fn: F) -> F:
             "--tls-trust-cert-path",
             envvar="PULSAR_TLS_TRUST_CERT_PATH",
             type=click.Path(exists=True, dir_okay=False),
-            default=None,
+            default=conf_default("tls_trust_cert_path", None),
             help="CA certificates that sign the cluster's (env PULSAR_TLS_TRUST_CERT_PATH).",
         ),
         click.option(
             "--tls-allow-insecure",
             envvar="PULSAR_TLS_ALLOW_INSECURE",
             is_flag=True,
+            default=conf_flag("tls_allow_insecure"),
             help="Accept any server certificate (env PULSAR_TLS_ALLOW_INSECURE).",
         ),
         click.option(
             "--tls-enable-hostname-verification",
             envvar="PULSAR_TLS_ENABLE_HOSTNAME_VERIFICATION",
             is_flag=True,
+            default=conf_flag("tls_enable_hostname_verification"),
             help="Check the broker's host name against its certificate "
             "(env PULSAR_TLS_ENABLE_HOSTNAME_VERIFICATION).",
         ),
@@ -135,15 +139,15 @@ def cluster_options(fn: F) -> F:
     fn = click.option(
         "--admin-url",
         envvar="PULSAR_ADMIN_URL",
-        default="http://127.0.0.1:8080",
-        show_default=True,
+        default=conf_default("admin_url", "http://127.0.0.1:8080"),
+        show_default="client.conf's webServiceUrl, else http://127.0.0.1:8080",
         help="Admin URL (env PULSAR_ADMIN_URL).",
     )(fn)
     fn = click.option(
         "--service-url",
         envvar="PULSAR_SERVICE_URL",
-        default="pulsar://127.0.0.1:6650",
-        show_default=True,
+        default=conf_default("service_url", "pulsar://127.0.0.1:6650"),
+        show_default="client.conf's brokerServiceUrl, else pulsar://127.0.0.1:6650",
         help="Broker URL (env PULSAR_SERVICE_URL).",
     )(fn)
     return fn
@@ -154,7 +158,11 @@ def cluster_auth(opts: Mapping[str, Any]) -> ClusterAuth:
 
     Commands hand it whole to each admin client they open (:func:`admin_endpoint`): its
     trust bundle wins over an environment's ``REQUESTS_CA_BUNDLE``.
+
+    An authentication given on the command line or in the environment replaces
+    the whole one of ``client.conf`` (:mod:`.client_conf`).
     """
+    opts = _without_conf_auth_under(opts)
     try:
         auth = ClusterAuth.from_options(opts)
         # an unusable combination fails here, not mid-command
@@ -163,6 +171,30 @@ def cluster_auth(opts: Mapping[str, Any]) -> ClusterAuth:
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from exc
     return auth
+
+
+def _without_conf_auth_under(opts: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``opts`` without ``client.conf``'s plugin and parameters when a token or a
+    plugin came from the command line or the environment."""
+    ctx = click.get_current_context(silent=True)
+
+    def source(name: str) -> click.core.ParameterSource | None:
+        at = ctx  # the options may belong to a parent group (``map --admin-url ... put``)
+        while at is not None:
+            found = at.get_parameter_source(name)
+            if found is not None:
+                return found
+            at = at.parent
+        return None
+
+    default = click.core.ParameterSource.DEFAULT
+    explicit = any(
+        opts.get(name) and source(name) not in (default, None)
+        for name in ("auth_token", "auth_plugin")
+    )
+    if not explicit:
+        return opts
+    return {**opts, **{n: None for n in ("auth_plugin", "auth_params") if source(n) is default}}
 
 
 def topic_callback(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
