@@ -88,7 +88,7 @@ def _parse_auth(opts: dict[str, str], admin_url: str) -> ClusterAuth:
             tls_hostname_verification=_flag(opts, "tlsEnableHostnameVerification", "false"),
         )
         auth.client_authentication()  # tls params name both files, a token file is readable
-        auth.admin_endpoint(admin_url)  # the client certificate's files exist; not oauth2
+        auth.admin_endpoint(admin_url)  # the client certificate's files exist; oauth2 parses
     except ConfigurationError as exc:
         raise ValueError(f"pulsar_state: authToken / authPlugin / authParams: {exc}") from None
     return auth
@@ -270,6 +270,7 @@ class SourceOptions:
         }
         try:
             with ClusterSession(self.admin_url) as session:
+                session.auth = endpoint.requests_auth()  # OAuth 2.0: a bearer token per call
                 session.use_for_listing(**settings)
                 resp = session.get(url, headers=endpoint.headers, **settings)
         except requests.exceptions.SSLError as exc:

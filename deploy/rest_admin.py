@@ -90,12 +90,14 @@ class PulsarAdminRest:
         headers: dict[str, str] | None = None,
         verify: bool | str = True,
         cert: tuple[str, str] | None = None,
+        auth: requests.auth.AuthBase | None = None,
         timeout_s: float = 180.0,
         retry_s: float = 30.0,
         ready_wait_s: float = 120.0,
     ) -> None:
         """``headers``: authentication (``ClusterAuth.admin_headers()``); ``verify`` and
-        ``cert``: TLS trust and client certificate as ``requests`` takes them;
+        ``cert``: TLS trust and client certificate as ``requests`` takes them; ``auth``:
+        a ``requests`` authentication for every call (OAuth 2.0 bearer tokens);
         ``timeout_s`` bounds one call (an upload of a large package included);
         ``ready_wait_s``: how long a write waits for a worker answering 503."""
         if not admin_url.startswith(("http://", "https://")):
@@ -109,6 +111,7 @@ class PulsarAdminRest:
         # followed with the credentials, within the cluster (pulsar_state.cluster.session)
         self._session = ClusterSession(self.admin_url)
         self._session.headers.update(headers or {})
+        self._session.auth = auth
         # per request (see _send): requests lets REQUESTS_CA_BUNDLE override a
         # session's verify, but not a request's
         self._verify = verify
@@ -126,6 +129,7 @@ class PulsarAdminRest:
         return cls(
             admin_url=endpoint.url,
             headers=dict(endpoint.headers or {}),
+            auth=endpoint.requests_auth(),
             verify=endpoint.verify(),
             cert=endpoint.client_cert,
             **kwargs,

@@ -20,6 +20,7 @@ from pulsar_state.cli.client_conf import conf_default, conf_flag
 from pulsar_state.client_log import client_logger
 from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.cluster.endpoint import AdminEndpoint
+from pulsar_state.cluster.oauth2 import OAuth2Params
 from pulsar_state.core.log.view import TopicView
 from pulsar_state.core.op_codec import OpCodec
 from pulsar_state.errors import ConfigurationError, StateTopicError
@@ -168,6 +169,8 @@ def cluster_auth(opts: Mapping[str, Any]) -> ClusterAuth:
         # an unusable combination fails here, not mid-command
         auth.admin_headers()
         auth.admin_client_cert()
+        if auth.kind == "oauth2":
+            OAuth2Params.parse(auth.auth_params or "")
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from exc
     return auth

@@ -178,6 +178,7 @@ class PulsarAdmin:
         retry_s: float = 60.0,
         verify: bool | str = True,
         cert: tuple[str, str] | None = None,
+        auth: requests.auth.AuthBase | None = None,
     ) -> None:
         """``timeout_s`` bounds one HTTP attempt; idempotent calls are retried on
         connection errors, timeouts and 5xx answers for up to ``retry_s`` (a
@@ -185,7 +186,8 @@ class PulsarAdmin:
         ``verify``: ``requests``' TLS verification (see :func:`tls_verify`); a
         certificate it does not trust fails at once, it is not retried.
         ``cert``: ``(certificate file, key file)`` of a TLS client certificate sent
-        with every call (TLS authentication). Build one from an
+        with every call (TLS authentication). ``auth``: a ``requests`` authentication
+        applied to every call (OAuth 2.0 bearer tokens). Build one from an
         :class:`~pulsar_state.cluster.endpoint.AdminEndpoint` (``endpoint.admin()``)."""
         if not admin_url.startswith(("http://", "https://")):
             raise StateTopicError(f"admin_url must be http(s)://..., got {admin_url!r}")
@@ -194,6 +196,7 @@ class PulsarAdmin:
         # within the cluster only (see pulsar_state.cluster.session)
         self._session = ClusterSession(self.admin_url)
         self._session.headers.update(headers or {})
+        self._session.auth = auth
         # per request, not session.verify: requests lets REQUESTS_CA_BUNDLE override a
         # session's verify, but not a request's
         self._verify = _insecure() if verify is False else verify

@@ -18,8 +18,11 @@ Plugins, by their Java class name (as in ``client.conf``) or a short name:
 * ``tls`` (``...auth.AuthenticationTls``): params
   ``tlsCertFile:/path,tlsKeyFile:/path`` (or the JSON form); the admin API
   gets the same client certificate;
-* ``oauth2`` (``...auth.oauth2.AuthenticationOAuth2``): params as the client
-  takes them (JSON); the Pulsar client only (admin calls refuse it clearly).
+* ``oauth2`` (``...auth.oauth2.AuthenticationOAuth2``): the client-credentials
+  flow, params as pulsar-admin and the Python client take them (JSON:
+  ``issuer_url``, ``private_key`` or ``client_id``/``client_secret``,
+  ``audience``, ``scope``; :mod:`pulsar_state.cluster.oauth2`); the admin API
+  gets a bearer token from the issuer, renewed before it expires.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import pulsar
 
 from pulsar_state.cluster.admin import tls_verify
 from pulsar_state.cluster.endpoint import AdminEndpoint
+from pulsar_state.cluster.oauth2 import OAuth2Params
 from pulsar_state.errors import ConfigurationError
 
 __all__ = ["ClusterAuth"]
@@ -166,7 +170,7 @@ class ClusterAuth:
                 return pulsar.AuthenticationTLS(pairs["tlsCertFile"], pairs["tlsKeyFile"])
             except KeyError as exc:
                 raise ConfigurationError(f"tls auth params need {exc.args[0]}") from None
-        return pulsar.AuthenticationOauth2(params)
+        return pulsar.AuthenticationOauth2(OAuth2Params.parse(params).client_params())
 
     def client_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of ``pulsar.Client`` for this authentication and trust."""
@@ -188,12 +192,7 @@ class ClusterAuth:
             user, password = self._basic()
             encoded = base64.b64encode(f"{user}:{password}".encode()).decode()
             return {"Authorization": f"Basic {encoded}"}
-        if kind == "oauth2":
-            raise ConfigurationError(
-                "the admin API calls here take token, basic or tls authentication, not oauth2: "
-                "pass a token (--auth-token) for them"
-            )
-        return None
+        return None  # oauth2: a bearer token per call (admin_endpoint's oauth2)
 
     def _basic(self) -> tuple[str, str]:
         """User and password of basic params: Java's ``userId`` or the Python client's
@@ -220,7 +219,7 @@ class ClusterAuth:
         CA bundle and the insecure flag, in one value.
 
         Raises:
-            ConfigurationError: a bad URL, oauth2 (not for the admin calls here), or a
+            ConfigurationError: a bad URL, oauth2 parameters that do not parse, or a
                 certificate, key or trust file that is not a file.
         """
         return AdminEndpoint(
@@ -229,6 +228,7 @@ class ClusterAuth:
             tls_trust_cert_path=self.tls_trust_cert_path,
             tls_allow_insecure=self.tls_allow_insecure,
             client_cert=self.admin_client_cert(),
+            oauth2=OAuth2Params.parse(self.auth_params or "") if self.kind == "oauth2" else None,
         )
 
     def pulsar_admin_args(self) -> list[str]:

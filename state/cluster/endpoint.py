@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pulsar_state.cluster.admin import PulsarAdmin, tls_verify
+from pulsar_state.cluster.oauth2 import ClientCredentials, OAuth2Params, credentials_for
 from pulsar_state.errors import ConfigurationError
 
 __all__ = ["AdminEndpoint", "resolve_admin"]
@@ -44,6 +45,9 @@ class AdminEndpoint:
             says so once per process).
         client_cert: ``(certificate file, key file)`` of a TLS client certificate,
             sent with every call (``--auth-plugin tls``).
+        oauth2: OAuth 2.0 client credentials (``--auth-plugin oauth2``): each call
+            carries a bearer token from the issuer, fetched and renewed as needed
+            (:mod:`pulsar_state.cluster.oauth2`).
     """
 
     url: str
@@ -51,8 +55,11 @@ class AdminEndpoint:
     tls_trust_cert_path: str | None = None
     tls_allow_insecure: bool = False
     client_cert: tuple[str, str] | None = None
+    oauth2: OAuth2Params | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        if self.oauth2 is not None and not isinstance(self.oauth2, OAuth2Params):
+            raise ConfigurationError("oauth2 must be an OAuth2Params (OAuth2Params.parse(...))")
         if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://")):
             raise ConfigurationError(f"the admin URL must be http(s)://..., got {self.url!r}")
         if self.headers is not None:
@@ -83,6 +90,13 @@ class AdminEndpoint:
         """``requests``' ``verify`` (:func:`pulsar_state.cluster.admin.tls_verify`)."""
         return tls_verify(self.tls_trust_cert_path, allow_insecure=self.tls_allow_insecure)
 
+    def requests_auth(self) -> ClientCredentials | None:
+        """The ``requests`` authentication of the OAuth 2.0 credentials (one token
+        shared by the process), or ``None``."""
+        if self.oauth2 is None:
+            return None
+        return credentials_for(self.oauth2, verify=self.verify())
+
     def with_url(self, url: str) -> AdminEndpoint:
         """The same credentials and trust for another admin URL."""
         return dataclasses.replace(self, url=url)
@@ -97,6 +111,7 @@ class AdminEndpoint:
             retry_s=retry_s,
             verify=self.verify(),
             cert=self.client_cert,
+            auth=self.requests_auth(),
         )
 
 

@@ -82,7 +82,7 @@ def test_bad_settings_are_clear_errors(kwargs: dict[str, str], message: str) -> 
         ClusterAuth(**kwargs)  # type: ignore[arg-type]
 
 
-def test_oauth2_is_refused_for_the_admin_api_with_a_hint() -> None:
+def test_oauth2_params_missing_a_setting_are_a_clear_error() -> None:
     auth = ClusterAuth(auth_plugin="oauth2", auth_params='{"issuer_url": "https://i"}')
-    with pytest.raises(ConfigurationError, match="--auth-token"):
-        auth.admin_headers()
+    with pytest.raises(ConfigurationError, match="client_id, client_secret"):
+        auth.admin_endpoint("http://127.0.0.1:8080")

@@ -113,11 +113,20 @@ def test_a_plugin_without_params_or_unknown_is_a_clear_error() -> None:
         )
 
 
-def test_oauth2_is_refused_at_parsing_since_the_admin_calls_cannot_use_it() -> None:
-    with pytest.raises(ValueError, match="not oauth2"):
+def test_oauth2_params_are_checked_at_parsing() -> None:
+    with pytest.raises(ValueError, match="oauth2 auth params miss client_id"):
         SourceOptions.parse(
             {**BASE, "authPlugin": "oauth2", "authParams": '{"issuer_url": "https://x"}'}
         )
+    opts = SourceOptions.parse(
+        {
+            **BASE,
+            "authPlugin": "oauth2",
+            "authParams": '{"issuerUrl": "https://x", "clientId": "c", "clientSecret": "s"}',
+        }
+    )
+    endpoint = pickle.loads(pickle.dumps(opts)).admin_endpoint()
+    assert endpoint.oauth2 is not None and endpoint.oauth2.client_id == "c"
 
 
 def test_parsed_options_pickle_with_their_auth(pem: Path) -> None:
