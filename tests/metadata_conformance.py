@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Protocol
@@ -29,6 +30,7 @@ from pulsar_state import (
     NotFoundError,
     Notification,
     NotificationType,
+    OperationTimeoutError,
     ResourceBusyError,
 )
 from pulsar_state.coordination import LockEvent
@@ -213,6 +215,73 @@ def test_locks(stores: StoreFactory, base: str) -> None:
     second.release().result(T)
     a.close()
     b.close()
+
+
+def test_a_blocking_lock_waits_its_turn_within_its_timeout(stores: StoreFactory, base: str) -> None:
+    """``lock()`` waits while another holds the lock (another service, or another
+    thread of the same service: never handed out twice), gives up at its timeout
+    leaving nothing held, and a ``with`` block releases it."""
+    a = CoordinationService[str](stores())
+    b = CoordinationService[str](stores())
+    p = f"{base}/locks/blocking"
+    inside: list[str] = []
+    most = [0]
+    guard = threading.Lock()
+
+    def critical(service: CoordinationService[str], who: str) -> None:
+        with service.lock(p, who, timeout_s=4 * T) as lock:
+            assert lock.held
+            with guard:
+                inside.append(who)
+                most[0] = max(most[0], len(inside))
+            time.sleep(0.2)
+            with guard:
+                inside.remove(who)
+
+    try:
+        with a.lock(p, "a") as first:
+            with pytest.raises(OperationTimeoutError):
+                b.lock(p, "b", timeout_s=0.5)
+            assert b.read_lock(p).result(T) == "a"  # the timed-out wait took nothing
+            waiters = [
+                threading.Thread(target=critical, args=(s, w))
+                for s, w in ((a, "a2"), (a, "a3"), (b, "b"))
+            ]
+            for t in waiters:
+                t.start()
+            time.sleep(0.3)
+            assert inside == []  # all wait while the first holds it
+        assert first.lost.done()
+        for t in waiters:
+            t.join(6 * T)
+            assert not t.is_alive()
+        assert most[0] == 1  # one holder at a time, also between threads of a
+        wait_until(lambda: a.read_lock(p).result(T) is None, timeout_s=T)
+    finally:
+        a.close()
+        b.close()
+
+
+async def _async_lock_times_out(service: AsyncCoordinationService[str], p: str) -> None:
+    with pytest.raises(OperationTimeoutError):
+        await service.lock(p, "late", timeout_s=0.3)
+
+
+def test_the_asyncio_lock_times_out_leaving_nothing_held(stores: StoreFactory, base: str) -> None:
+    a = CoordinationService[str](stores())
+    b = CoordinationService[str](stores())
+    p = f"{base}/locks/async"
+    try:
+        held = a.acquire_lock(p, "a").result(T)
+        asyncio.run(_async_lock_times_out(AsyncCoordinationService(b), p))
+        held.release().result(T)
+        assert b.read_lock(p).result(T) is None
+        got = asyncio.run(AsyncCoordinationService(b).lock(p, "b", timeout_s=T))
+        assert got.held and got.content == "b"
+        got.release().result(T)
+    finally:
+        a.close()
+        b.close()
 
 
 def test_leader_election_hands_over(stores: StoreFactory, base: str) -> None:

@@ -7,6 +7,7 @@ from typing import Generic, TypeVar
 
 from pulsar_state.coordination import CoordinationService, ResourceLock
 from pulsar_state.core.futures import wrap
+from pulsar_state.errors import OperationTimeoutError
 
 __all__ = ["AsyncCoordinationService"]
 
@@ -35,6 +36,28 @@ class AsyncCoordinationService(Generic[T]):
                 write fails.
         """
         return await wrap(self.sync.acquire_lock(path, content))
+
+    async def lock(
+        self, path: str, content: T, *, timeout_s: float | None = None
+    ) -> ResourceLock[T]:
+        """Take the lock at ``path``, waiting while another holds it (see
+        :meth:`CoordinationService.lock`); cancelling the awaiting task, or the
+        timeout, ends the wait and leaves nothing held.
+
+        Raises:
+            OperationTimeoutError: not taken within ``timeout_s``.
+        """
+        taken = self.sync.wait_for_lock(path, content)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(taken), timeout_s)
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            if taken.done() and not taken.cancelled() and taken.exception() is None:
+                await asyncio.wrap_future(taken.result().release())  # taken as we gave up
+            if isinstance(exc, TimeoutError):
+                raise OperationTimeoutError(
+                    f"the lock {path} was not taken within {timeout_s}s"
+                ) from None
+            raise
 
     async def read_lock(self, path: str, *, latest: bool = True) -> T | None:
         """The content of the lock at ``path`` (:meth:`CoordinationService.read_lock`, awaited).

@@ -1,4 +1,8 @@
-"""``pulsar-state meta get|put|ls|rm|watch --topic T``: a MetadataStore from the shell.
+"""``pulsar-state meta get|put|ls|rm|watch|lock|elect --topic T``: a MetadataStore from the shell.
+
+``lock PATH [-- COMMAND ...]`` and ``elect PATH [PROPOSAL]`` are etcdctl's: take
+a lock (waiting, ``--wait S`` at most) and run a command holding it, or
+campaign and lead until stopped.
 
 ``put --sequential`` creates PATH + the next number of its parent's counter and
 prints the created path; ``rm --recursive`` (also spelled ``delete``) deletes a
@@ -27,6 +31,11 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
+import signal
+import socket
+import subprocess
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,7 +53,10 @@ from pulsar_state.cli.options import (
     topic_callback,
 )
 from pulsar_state.config import StateConfig
+from pulsar_state.coordination.lock import LockEvent
+from pulsar_state.coordination.service import CoordinationService
 from pulsar_state.core.log.view import TopicView
+from pulsar_state.errors import OperationTimeoutError
 from pulsar_state.metadata.store import MetadataStore, _MetaCodec
 from pulsar_state.metadata.tree import (
     MetadataTree,
@@ -250,3 +262,110 @@ def watch(ctx: click.Context, prefix: str, count: int) -> None:
                 seen += 1
                 if count and seen >= count:
                     return
+
+
+def _holder_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@meta_group.command("lock", context_settings={"ignore_unknown_options": True})
+@click.argument("path", callback=_path)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.option(
+    "--wait",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds to wait for the lock (default: until taken).",
+)
+@click.option("--content", default=None, help="What the lock node holds (default: host:pid).")
+@click.pass_context
+def lock_command(
+    ctx: click.Context, path: str, command: tuple[str, ...], wait: float | None, content: str | None
+) -> None:
+    """Take the lock at PATH (waiting while another holds it), as etcdctl lock does.
+
+    With a COMMAND (after --), run it while holding the lock, with
+    PULSAR_STATE_LOCK_PATH and PULSAR_STATE_LOCK_TOKEN (the fencing token) in its
+    environment, then release the lock and exit with the command's exit code;
+    if the lock is lost meanwhile (the session expired), the command is
+    terminated and the exit code is 1. Without a COMMAND, print PATH and the
+    token and hold the lock until Ctrl-C or SIGTERM.
+    """
+    with _open_store(ctx) as store:
+        service = CoordinationService[str](store)
+        try:
+            held = service.lock(path, content or _holder_name(), timeout_s=wait)
+        except OperationTimeoutError:
+            raise click.ClickException(f"the lock {path} was not taken within {wait}s") from None
+        lost = threading.Event()
+        held.add_listener(
+            lambda event: lost.set() if event in (LockEvent.LOST, LockEvent.SESSION_LOST) else None
+        )
+        with held:
+            click.echo(f"{path} {held.fencing_token}", err=bool(command))
+            code = _run_holding(command, path, held.fencing_token, lost)
+        service.close()
+    if code:
+        ctx.exit(code)
+
+
+def _run_holding(command: tuple[str, ...], path: str, token: int, lost: threading.Event) -> int:
+    """Run ``command`` (or wait, without one) until it ends, SIGTERM or Ctrl-C, or
+    the lock is lost; the exit code."""
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    child = None
+    try:
+        if command:
+            env = {
+                **os.environ,
+                "PULSAR_STATE_LOCK_PATH": path,
+                "PULSAR_STATE_LOCK_TOKEN": str(token),
+            }
+            child = subprocess.Popen(list(command), env=env)
+        while not stop.is_set():
+            if lost.is_set():
+                click.echo(f"Error: lost the lock {path}", err=True)
+                return 1
+            if child is not None and child.poll() is not None:
+                return child.returncode
+            stop.wait(0.2)
+        return 0 if child is None else 130
+    except KeyboardInterrupt:
+        return 0 if child is None else 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if child is not None and child.poll() is None:
+            child.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(10)
+
+
+@meta_group.command("elect")
+@click.argument("path", callback=_path)
+@click.argument("proposal", required=False)
+@click.pass_context
+def elect_command(ctx: click.Context, path: str, proposal: str | None) -> None:
+    """Campaign for leadership at PATH, as etcdctl elect does: once elected,
+    print PROPOSAL (default: host:pid) and lead until Ctrl-C or SIGTERM (then
+    resign); exit 1 if the leadership is lost meanwhile."""
+    with _open_store(ctx) as store:
+        service = CoordinationService[str](store)
+        mine = proposal or _holder_name()
+        elected = service.become_leader(path, mine)
+        try:
+            leadership = elected.result()
+        except KeyboardInterrupt:
+            elected.cancel()
+            service.close()
+            return
+        lost = threading.Event()
+        leadership.add_listener(
+            lambda event: lost.set() if event in (LockEvent.LOST, LockEvent.SESSION_LOST) else None
+        )
+        with leadership:
+            click.echo(mine)
+            code = _run_holding((), path, leadership.fencing_token, lost)
+        service.close()
+    if code:
+        ctx.exit(code)

@@ -121,6 +121,15 @@ class ResourceLock(Generic[T]):
             and node.stat.token == self.fencing_token
         )
 
+    def __enter__(self) -> ResourceLock[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Release the lock at the end of a ``with`` block (waits for the delete;
+        a lock already lost is left alone)."""
+        if not self.lost.done():
+            self.release().result(timeout=self._service.store_timeout_s)
+
     def release(self) -> Future[None]:
         """Delete the lock node if it is still ours; completes ``lost``.
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Generic, TypeVar
 
 from pulsar_state.coordination.lock import LockEvent, ResourceLock
 from pulsar_state.core import futures
 from pulsar_state.errors import (
     BadVersionError,
+    OperationTimeoutError,
     ResourceBusyError,
     SessionLostError,
     StateClosedError,
@@ -235,7 +237,80 @@ class CoordinationService(Generic[T]):
         threading.Thread(target=campaign, name=f"pss-campaign-{path}", daemon=True).start()
         return elected
 
-    def _campaign(self, path: str, content: T, elected: Future[ResourceLock[T]]) -> ResourceLock[T]:
+    def wait_for_lock(self, path: str, content: T) -> Future[ResourceLock[T]]:
+        """A future of the lock at ``path``, taken once free (see :meth:`lock`).
+
+        The wait runs on a daemon thread of its own; cancelling the future ends
+        it (a lock taken as it was cancelled is released).
+
+        Raises:
+            TypeError, ValueError: at the call, for a path that is not a valid
+                metadata path.
+            StateClosedError: at the call once this service is closed; through
+                the future when it closes first.
+        """
+        self._check_open()
+        validate_path(path)
+        taken: Future[ResourceLock[T]] = Future()
+
+        def wait_turn() -> None:
+            try:
+                lock = self._campaign(path, content, taken, reenter=False)
+            except BaseException as exc:
+                futures.set_exception(taken, exc)
+                return
+            if not futures.set_result(taken, lock):  # given up meanwhile
+                lock.release()
+
+        threading.Thread(target=wait_turn, name=f"pss-lock-{path}", daemon=True).start()
+        return taken
+
+    #: how long a ``with`` block's release waits for the store's delete
+    store_timeout_s = _READ_TIMEOUT_S
+
+    def lock(self, path: str, content: T, *, timeout_s: float | None = None) -> ResourceLock[T]:
+        """Take the lock at ``path``, waiting while another holds it (blocking).
+
+        A lock, not an election: a lock this service already holds at ``path``
+        (taken by another thread) is waited for too, never handed out twice.
+        Use it in a ``with`` block to release it at the end::
+
+            with service.lock("/locks/report", "worker-1", timeout_s=30) as lock:
+                write_report(fencing_token=lock.fencing_token)
+
+        Args:
+            timeout_s: how long to wait (``None``: until taken, or the service
+                closes).
+
+        Returns:
+            The held :class:`ResourceLock` (a context manager that releases it).
+
+        Raises:
+            TypeError, ValueError: a path that is not a valid metadata path.
+            OperationTimeoutError: not taken within ``timeout_s`` (nothing is
+                left held: a lock taken as the wait ended is released).
+            StateClosedError: the service closed first.
+            WriteFailedError, FencedError, PermissionDeniedError: as the store's
+                write fails.
+        """
+        taken = self.wait_for_lock(path, content)
+        try:
+            return taken.result(timeout=timeout_s)
+        except FutureTimeoutError:
+            if taken.cancel():
+                raise OperationTimeoutError(
+                    f"the lock {path} was not taken within {timeout_s}s"
+                ) from None
+            return taken.result()  # taken just as the wait ended
+
+    def _campaign(
+        self,
+        path: str,
+        content: T,
+        elected: Future[ResourceLock[T]],
+        *,
+        reenter: bool = True,
+    ) -> ResourceLock[T]:
         while not self._closed and not elected.cancelled():
             freed = threading.Event()
             with self._lock:
@@ -245,7 +320,7 @@ class CoordinationService(Generic[T]):
             except ResourceBusyError:
                 with self._lock:
                     mine = self._held.get(path)
-                if mine is not None and mine.active:  # we lead already (re-asserted, say)
+                if reenter and mine is not None and mine.active:  # we lead already
                     return mine
                 freed.wait(timeout=5.0)  # a deletion wakes us; re-check now and then anyway
             except SessionLostError:  # no candidate while our session is lost
