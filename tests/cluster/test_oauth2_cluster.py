@@ -17,7 +17,7 @@ from urllib.parse import parse_qs
 
 import pytest
 from harness import pulsar_state_cli
-from http_stub import serving
+from http_stub import reply_json, serving
 from test_through_any_broker import created_on_one
 
 from pulsar_state.testing import EmbeddedCluster
@@ -32,26 +32,22 @@ def issuer(local_cluster: EmbeddedCluster) -> Iterator[tuple[str, list[str]]]:
     token = local_cluster.superuser_token or ""
 
     class Handler(BaseHTTPRequestHandler):
-        def _json(self, status: int, body: object) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
         def do_GET(self) -> None:
             host = self.headers.get("Host")
-            self._json(200, {"issuer": f"http://{host}", "token_endpoint": f"http://{host}/token"})
+            reply_json(
+                self, 200, {"issuer": f"http://{host}", "token_endpoint": f"http://{host}/token"}
+            )
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
             if (form.get("client_id"), form.get("client_secret")) != ("svc", "s3cret"):
-                self._json(401, {"error": "invalid_client"})
+                reply_json(self, 401, {"error": "invalid_client"})
                 return
             granted.append(form["client_id"])
-            self._json(200, {"access_token": token, "token_type": "Bearer", "expires_in": 3600})
+            reply_json(
+                self, 200, {"access_token": token, "token_type": "Bearer", "expires_in": 3600}
+            )
 
         def log_message(self, *_: object) -> None:
             pass

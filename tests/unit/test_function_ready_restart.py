@@ -13,13 +13,12 @@ did (the decision logic, no broker).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 
 import pytest
-from http_stub import serving
+from http_stub import reply_json, serving
 
 from pulsar_state.deploy.errors import FunctionNotReadyError
 from pulsar_state.deploy.function_ready import DeployedFunction
@@ -35,14 +34,6 @@ class _Worker(BaseHTTPRequestHandler):
     calls: ClassVar[list[str]] = []
     restarted: ClassVar[set[int]] = set()
 
-    def _reply(self, body: dict[str, Any], status: int = 200) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
     def _instances(self) -> list[dict[str, Any]]:
         up = 1 in self.restarted and self.heals
         stuck = {"running": False, "error": "UNAVAILABLE: io exception"}
@@ -56,17 +47,19 @@ class _Worker(BaseHTTPRequestHandler):
         if self.path.endswith("/status"):
             instances = self._instances()
             running = sum(1 for i in instances if i["status"]["running"])
-            self._reply({"numInstances": 2, "numRunning": running, "instances": instances})
+            reply_json(
+                self, 200, {"numInstances": 2, "numRunning": running, "instances": instances}
+            )
         else:  # the input's stats: the function's subscription with its consumers
             consumers: list[dict[str, Any]] = [{}] * sum(
                 1 for i in self._instances() if i["status"]["running"]
             )
-            self._reply({"subscriptions": {"/".join(FQN): {"consumers": consumers}}})
+            reply_json(self, 200, {"subscriptions": {"/".join(FQN): {"consumers": consumers}}})
 
     def do_POST(self) -> None:
         self.calls.append(f"POST {self.path}")
         self.restarted.add(int(self.path.rstrip("/").split("/")[-2]))
-        self._reply({}, 204)
+        reply_json(self, 204, {})
 
     def log_message(self, *args: object) -> None:
         pass

@@ -14,12 +14,11 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
 import requests
-from http_stub import serving
+from http_stub import reply_json, serving
 
 from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.cluster.oauth2 import ClientCredentials, OAuth2Params
@@ -37,19 +36,11 @@ class Issuer:
         issuer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def _json(self, status: int, body: Any) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
             def do_GET(self) -> None:
                 if self.path == "/.well-known/openid-configuration":
-                    self._json(200, {"token_endpoint": f"{issuer.url}/oauth/token"})
+                    reply_json(self, 200, {"token_endpoint": f"{issuer.url}/oauth/token"})
                 else:
-                    self._json(404, {})
+                    reply_json(self, 404, {})
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -58,9 +49,10 @@ class Issuer:
                     issuer.grants.append(form)
                     n = len(issuer.grants)
                 if form.get("client_secret") != "s3cret":
-                    self._json(401, {"error": "invalid_client"})
+                    reply_json(self, 401, {"error": "invalid_client"})
                     return
-                self._json(
+                reply_json(
+                    self,
                     200,
                     {"access_token": f"token-{n}", "expires_in": issuer.lifetime_s},
                 )
