@@ -104,7 +104,11 @@ setup(
             PSYCOPG,
         ],
     },
-    entry_points={"console_scripts": ["pulsar-state=pulsar_state.cli:main"]},
+    entry_points={
+        "console_scripts": ["pulsar-state=pulsar_state.cli:main"],
+        # fixtures with a real broker for users' own tests (pulsar_state.testing.plugin)
+        "pytest11": ["pulsar_state = pulsar_state.testing.plugin"],
+    },
     classifiers=[
         "Programming Language :: Python :: 3",
         "Topic :: System :: Distributed Computing",
