@@ -33,7 +33,7 @@ from pulsar_state.deploy.cluster_config import (
 )
 from pulsar_state.deploy.distribution import PulsarDistribution, java_executable
 from pulsar_state.deploy.errors import BrokerStartError
-from pulsar_state.deploy.processes import tail_lines
+from pulsar_state.deploy.processes import launch, tail_lines
 from pulsar_state.deploy.token_auth import TokenAuthority
 
 __all__ = ["MAIN_CLASS", "ClusterFiles", "process_kind"]
@@ -161,16 +161,7 @@ class ClusterFiles:
         if kind == "broker" and functions:
             cmd += ["--functions-worker-conf", str(worker_yml)]
         log.info("starting %s of the cluster on %s", process, self.data_dir)
-        with open(self.log_file(process), "ab") as out:
-            return subprocess.Popen(
-                cmd,
-                cwd=self.data_dir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # own process group: stop() ends it all
-            )
+        return launch(cmd, cwd=self.data_dir, env=env, log_file=self.log_file(process))
 
     def initialize_metadata(self, ports: ClusterPorts) -> None:
         """``bin/pulsar initialize-cluster-metadata`` once per data directory.

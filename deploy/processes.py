@@ -15,11 +15,13 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = [
+    "launch",
     "process_runs",
     "signal_group",
     "tail_lines",
@@ -103,3 +105,20 @@ def terminate_groups(pids: Iterable[int], *, timeout_s: float, what: str = "proc
     deadline = time.monotonic() + timeout_s
     for pid in pids:
         terminate_group(pid, timeout_s=max(deadline - time.monotonic(), 0.5), what=what)
+
+
+def launch(
+    cmd: list[str], *, cwd: Path, env: dict[str, str], log_file: Path
+) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` in its own process group (stopping the group ends everything
+    it started), its output appended to ``log_file``."""
+    with open(log_file, "ab") as out:
+        return subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )

@@ -35,6 +35,7 @@ import requests
 from pulsar_state.deploy.distribution import PulsarDistribution, java_executable
 from pulsar_state.deploy.errors import BrokerNotRunningError, BrokerStartError
 from pulsar_state.deploy.processes import (
+    launch,
     process_runs,
     signal_group,
     tail_lines,
@@ -257,16 +258,7 @@ class StandaloneBroker:
         )
         env.pop("VIRTUAL_ENV", None)
         log.info("starting Pulsar %s standalone on %s", self.distribution.version, self.data_dir)
-        with open(self.log_file, "ab") as out:
-            proc = subprocess.Popen(
-                cmd,
-                cwd=self.data_dir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # own process group: stop() ends it all
-            )
+        proc = launch(cmd, cwd=self.data_dir, env=env, log_file=self.log_file)
         info = BrokerInfo(
             pid=proc.pid,
             service_url=ports.service_url,

@@ -15,17 +15,22 @@ from pulsar_state.cli.exit_codes import EXIT_CODES_EPILOG
 from pulsar_state.deploy.distribution import DEFAULT_PULSAR_VERSION, PulsarDistribution
 from pulsar_state.deploy.standalone import StandaloneBroker
 
-__all__ = ["broker", "default_data_dir"]
+__all__ = ["broker", "default_data_dir", "user_data_dir"]
 
 
-def default_data_dir() -> Path:
-    """``$PULSAR_STATE_DATA_DIR``, else ``$XDG_DATA_HOME/pulsar-shared-state/standalone``."""
-    explicit = os.environ.get("PULSAR_STATE_DATA_DIR")
+def user_data_dir(variable: str, leaf: str) -> Path:
+    """``$variable``, else ``$XDG_DATA_HOME/pulsar-shared-state/<leaf>``."""
+    explicit = os.environ.get(variable)
     if explicit:
         return Path(explicit).expanduser()
     xdg = os.environ.get("XDG_DATA_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
-    return base / "pulsar-shared-state" / "standalone"
+    return base / "pulsar-shared-state" / leaf
+
+
+def default_data_dir() -> Path:
+    """``$PULSAR_STATE_DATA_DIR``, else ``$XDG_DATA_HOME/pulsar-shared-state/standalone``."""
+    return user_data_dir("PULSAR_STATE_DATA_DIR", "standalone")
 
 
 _data_dir_option = click.option(

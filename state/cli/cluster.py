@@ -8,11 +8,11 @@ basic``) are usage errors (exit 2).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
+from pulsar_state.cli.broker import user_data_dir
 from pulsar_state.cli.exit_codes import EXIT_CODES_EPILOG
 from pulsar_state.deploy.cluster import LocalCluster
 from pulsar_state.deploy.cluster_config import MAX_BOOKIES, MAX_BROKERS
@@ -23,12 +23,7 @@ __all__ = ["cluster", "default_cluster_dir"]
 
 def default_cluster_dir() -> Path:
     """``$PULSAR_STATE_CLUSTER_DIR``, else ``$XDG_DATA_HOME/pulsar-shared-state/cluster``."""
-    explicit = os.environ.get("PULSAR_STATE_CLUSTER_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
-    return base / "pulsar-shared-state" / "cluster"
+    return user_data_dir("PULSAR_STATE_CLUSTER_DIR", "cluster")
 
 
 _data_dir_option = click.option(
