@@ -30,6 +30,7 @@ unless the config's ``secrets`` set it.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import tempfile
@@ -55,6 +56,9 @@ __all__ = [
     "FUNCTIONS",
     "build_packages",
     "deploy_functions",
+    "function_names",
+    "load_configs",
+    "relocate",
     "render_config",
     "undeploy_functions",
 ]
@@ -98,6 +102,7 @@ def render_config(
     *,
     admin_url: str,
     admin_token: str | None = None,
+    admin_token_secret: Any = None,
     admin_tls_trust_cert_path: str | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """The config ``deploy`` sends: the shipped one with what the cluster decides filled in.
@@ -106,7 +111,9 @@ def render_config(
     is kept; ``userConfig.adminUrl`` is the admin URL the functions reach the
     cluster by (without it the SQL sink refuses every record and the others
     leave their state topics unprotected); ``secrets.adminToken`` (when
-    ``admin_token`` is given) is the token they authenticate those calls with;
+    ``admin_token`` is given) is the token they authenticate those calls with, or
+    (``admin_token_secret``) a reference to it as the cluster's secrets provider
+    takes one (for Kubernetes ``{"path": ..., "key": ...}``);
     ``userConfig.tlsTrustCertsFilePath`` (when ``admin_tls_trust_cert_path`` is
     given: a path on the workers) the CA file they trust for an ``https://`` one.
     """
@@ -124,11 +131,101 @@ def render_config(
         filled.append(f"userConfig.{TLS_TRUST_CERTS}={admin_tls_trust_cert_path}")
     rendered = {**config, "userConfig": user}
     secrets = dict(config.get("secrets") or {})
+    if admin_token and admin_token_secret is not None:
+        raise ConfigurationError("give the functions' admin token or a secret reference, not both")
     if admin_token and not secrets.get(ADMIN_TOKEN_SECRET):
         secrets[ADMIN_TOKEN_SECRET] = admin_token
         rendered["secrets"] = secrets
         filled.append(f"secrets.{ADMIN_TOKEN_SECRET} (the function auth token)")
+    elif admin_token_secret is not None and not secrets.get(ADMIN_TOKEN_SECRET):
+        secrets[ADMIN_TOKEN_SECRET] = admin_token_secret
+        rendered["secrets"] = secrets
+        filled.append(f"secrets.{ADMIN_TOKEN_SECRET}={json.dumps(admin_token_secret)}")
     return rendered, filled
+
+
+def relocate(
+    config: dict[str, Any], *, tenant: str | None, namespace: str | None
+) -> dict[str, Any]:
+    """``config`` moved to ``tenant``/``namespace``: the function, and every topic
+    of its own namespace it names (inputs, output, the topics in userConfig)."""
+    if tenant is None and namespace is None:
+        return config
+    old = f"persistent://{config['tenant']}/{config['namespace']}/"
+    new_tenant, new_ns = tenant or config["tenant"], namespace or config["namespace"]
+    for name, value in (("tenant", new_tenant), ("namespace", new_ns)):
+        if not value or "/" in value:
+            raise ConfigurationError(f"{name} must be a plain name, got {value!r}")
+    new = f"persistent://{new_tenant}/{new_ns}/"
+
+    def move(value: Any) -> Any:
+        if isinstance(value, str) and value.startswith(old):
+            return new + value[len(old) :]
+        if isinstance(value, list):
+            return [move(v) for v in value]
+        if isinstance(value, dict):
+            return {k: move(v) for k, v in value.items()}
+        return value
+
+    moved: dict[str, Any] = move(config)
+    moved["tenant"], moved["namespace"] = new_tenant, new_ns
+    return moved
+
+
+def function_names() -> list[str]:
+    """The names of the shipped functions (``--only``'s choices)."""
+    return [_load(config_file)["name"] for config_file in FUNCTIONS]
+
+
+def _entry_of(config: dict[str, Any], source: str) -> tuple[str, tuple[str, ...]]:
+    """The entry file (and extras) a config's ``className`` names (a user's config)."""
+    module = str(config.get("className", "")).partition(".")[0]
+    for entry, extras in FUNCTIONS.values():
+        if entry == f"{module}.py":
+            return entry, extras
+    known = ", ".join(sorted(entry.removesuffix(".py") for entry, _ in FUNCTIONS.values()))
+    raise ConfigurationError(
+        f"{source}: className {config.get('className')!r} is not a packaged function "
+        f"(its module must be one of {known})"
+    )
+
+
+def load_configs(
+    *, only: tuple[str, ...] = (), config_files: tuple[Path, ...] = ()
+) -> list[tuple[dict[str, Any], str, tuple[str, ...]]]:
+    """What to deploy: (config, entry file, extras) each. The shipped configs (those
+    named by ``only``, all without), or the user's own ``config_files`` (the shipped
+    format; their ``className`` picks the packaged code).
+
+    Raises:
+        ConfigurationError: an unknown name, an unreadable or bad config file.
+    """
+    if config_files:
+        out = []
+        for path in config_files:
+            try:
+                config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+            except (OSError, yaml.YAMLError) as exc:
+                raise ConfigurationError(f"cannot read the config {path}: {exc}") from None
+            if not isinstance(config, dict) or not all(
+                isinstance(config.get(k), str) and config.get(k)
+                for k in ("tenant", "namespace", "name")
+            ):
+                raise ConfigurationError(f"{path}: a function config needs tenant, namespace, name")
+            entry, extras = _entry_of(config, str(path))
+            out.append((config, entry, extras))
+        return out
+    names = function_names()
+    unknown = sorted(set(only) - set(names))
+    if unknown:
+        raise ConfigurationError(
+            f"no packaged function {', '.join(unknown)} (one of {', '.join(names)})"
+        )
+    return [
+        (_load(config_file), entry, extras)
+        for config_file, (entry, extras) in FUNCTIONS.items()
+        if not only or _load(config_file)["name"] in only
+    ]
 
 
 #: the admin clients: rest (the admin REST API, no Java) or cli (bin/pulsar-admin)
@@ -244,12 +341,6 @@ def _admin(kind: str, admin_url: str, auth: ClusterAuth) -> _Admin:
     return _RestAdmin(admin_url, auth) if kind == "rest" else _CliAdmin(admin_url, auth)
 
 
-def _fqn(config_file: str) -> Fqn:
-    """The fully qualified name a shipped config deploys."""
-    config = _load(config_file)
-    return (config["tenant"], config["namespace"], config["name"])
-
-
 def build_packages(
     out_dir: Path, python_version: str | None, platform: str | None
 ) -> Iterator[tuple[str, Path]]:
@@ -272,9 +363,15 @@ def deploy_functions(
     auth: ClusterAuth,
     admin_client: str = "rest",
     code: str = "zip",
+    only: tuple[str, ...] = (),
+    config_files: tuple[Path, ...] = (),
+    tenant: str | None = None,
+    namespace: str | None = None,
     function_admin_url: str | None = None,
     function_auth_token: str | None = None,
+    admin_token_secret: Any = None,
     function_tls_trust_cert_path: str | None = None,
+    dry_run: bool = False,
     wait_s: float = 300.0,
     python_version: str | None = None,
     platform: str | None = None,
@@ -282,44 +379,67 @@ def deploy_functions(
 ) -> None:
     """Create the packaged functions on the cluster, or update those already there.
 
-    ``code``: ``zip`` (a self-contained package each, see :func:`build_packages`)
-    or ``entry`` (only the entry file). Each config is filled in
-    (:func:`render_config`) with ``function_admin_url`` (default ``admin_url``)
-    and ``function_auth_token`` (default ``auth``'s token), and
-    ``function_tls_trust_cert_path`` (no default: a path on the workers). Then, unless
-    ``wait_s`` is 0, waits until every function runs and is subscribed to its
-    inputs. ``echo`` is told each step. Raises PulsarStateError (a failed
-    admin call, a function not ready in time) or ConfigurationError.
+    What: the shipped configs (``only``: those functions), or the user's own
+    ``config_files``; moved to ``tenant``/``namespace`` when given
+    (:func:`relocate`). ``code``: ``zip`` (a self-contained package each) or
+    ``entry`` (only the entry file). Each config is filled in
+    (:func:`render_config`) with ``function_admin_url`` (default ``admin_url``);
+    the functions' admin token only when asked: ``function_auth_token`` (the
+    token itself, as a clear-text secret) or ``admin_token_secret`` (a
+    reference for the cluster's secrets provider) — never the token deploy
+    itself uses. ``dry_run``: print what would be sent, build and send
+    nothing, ask the cluster nothing. Then, unless ``wait_s`` is 0, waits
+    until every function runs and is subscribed to its inputs. ``echo`` is
+    told each step. Raises PulsarStateError (a failed admin call, a function
+    not ready in time) or ConfigurationError.
     """
     if code not in ("zip", "entry"):
         raise ConfigurationError(f"code: zip or entry, got {code!r}")
+    planned = []
+    for config, entry, extras in load_configs(only=only, config_files=config_files):
+        rendered, filled = render_config(
+            relocate(config, tenant=tenant, namespace=namespace),
+            admin_url=function_admin_url or admin_url,
+            admin_token=function_auth_token,
+            admin_token_secret=admin_token_secret,
+            admin_tls_trust_cert_path=function_tls_trust_cert_path,
+        )
+        fqn = (rendered["tenant"], rendered["namespace"], rendered["name"])
+        planned.append((fqn, rendered, filled, entry, extras))
+    if dry_run:
+        for fqn, rendered, _, entry, _ in planned:
+            shown = {**rendered}
+            if shown.get("secrets"):
+                shown["secrets"] = {k: "<redacted>" for k in shown["secrets"]}
+            echo(f"would create or update {'/'.join(fqn)} (code: {entry}, {code})")
+            echo(yaml.safe_dump(shown, sort_keys=False).rstrip())
+        return
     admin = _admin(admin_client, admin_url, auth)
     deployed: list[tuple[Fqn, dict[str, Any]]] = []
     try:
         # asked before anything is built (the slow part): a cluster that refuses
         # (a wrong token, no permission, no functions worker) says so at once
-        existing = {fqn: admin.exists(fqn) for fqn in map(_fqn, FUNCTIONS)}
+        existing = {fqn: admin.exists(fqn) for fqn, *_ in planned}
         with tempfile.TemporaryDirectory(prefix="pss-deploy-") as tmp:
-            if code == "zip":
-                targets = list(build_packages(Path(tmp), python_version, platform))
-            else:
-                targets = [
-                    (config_file, _entry(entry)) for config_file, (entry, _) in FUNCTIONS.items()
-                ]
-            for config_file, py in targets:
-                config, filled = render_config(
-                    _load(config_file),
-                    admin_url=function_admin_url or admin_url,
-                    admin_token=function_auth_token or auth.token(),
-                    admin_tls_trust_cert_path=function_tls_trust_cert_path,
+            for fqn, config, filled, entry, extras in planned:
+                py = (
+                    build_function_package(
+                        name=config["name"],
+                        entry=_entry(entry),
+                        out_dir=Path(tmp),
+                        extras=extras,
+                        python_version=python_version,
+                        platform=platform,
+                    )
+                    if code == "zip"
+                    else _entry(entry)
                 )
-                fqn = (config["tenant"], config["namespace"], config["name"])
-                path = Path(tmp) / config_file  # what is sent: the shipped file, filled in
+                path = Path(tmp) / f"{config['name']}.yaml"  # what is sent, filled in
                 path.write_text(yaml.safe_dump(config, sort_keys=False))
                 if filled:
                     echo(f"{'/'.join(fqn)}: {', '.join(filled)}")
                 deployed.append((fqn, config))
-                if existing[fqn] if fqn in existing else admin.exists(fqn):
+                if existing[fqn]:
                     admin.update(fqn, config, path, py)
                     echo(f"updated {'/'.join(fqn)}")
                     continue
@@ -354,16 +474,30 @@ def _wait_ready(
 
 
 def undeploy_functions(
-    *, admin_url: str, auth: ClusterAuth, admin_client: str = "rest", echo: Echo = print
+    *,
+    admin_url: str,
+    auth: ClusterAuth,
+    admin_client: str = "rest",
+    only: tuple[str, ...] = (),
+    config_files: tuple[Path, ...] = (),
+    tenant: str | None = None,
+    namespace: str | None = None,
+    echo: Echo = print,
 ) -> None:
-    """Delete the packaged functions (and their stored code) from the cluster.
+    """Delete the packaged functions (and their stored code) from the cluster: the
+    ones :func:`deploy_functions` deploys with the same ``only``, ``config_files``,
+    ``tenant`` and ``namespace``.
 
     A function that is not deployed is told to ``echo``, not an error.
     """
+    targets = [
+        relocate(config, tenant=tenant, namespace=namespace)
+        for config, _, _ in load_configs(only=only, config_files=config_files)
+    ]
     admin = _admin(admin_client, admin_url, auth)
     try:
-        for config_file in FUNCTIONS:
-            fqn = _fqn(config_file)
+        for config in targets:
+            fqn = (config["tenant"], config["namespace"], config["name"])
             if admin.delete(fqn):
                 echo(f"deleted {'/'.join(fqn)}")
             else:

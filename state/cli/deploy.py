@@ -6,6 +6,7 @@ the packages, the admin clients); here are the options.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,6 +18,7 @@ from pulsar_state.deploy.functions_deploy import (
     ADMIN_CLIENTS,
     build_packages,
     deploy_functions,
+    function_names,
     undeploy_functions,
 )
 
@@ -40,6 +42,35 @@ _admin_client_option = click.option(
     help="rest: the admin REST API, no Java needed; cli: the Pulsar distribution's "
     "bin/pulsar-admin (env PULSAR_STATE_ADMIN_CLIENT).",
 )
+
+#: which functions, where: shared by deploy and undeploy
+_selection_options = [
+    click.option(
+        "--only",
+        multiple=True,
+        type=click.Choice(function_names()),
+        help="Only this packaged function (repeat for more; default: all).",
+    ),
+    click.option(
+        "--config",
+        "config_files",
+        multiple=True,
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="Your own function config (the shipped YAML format; its className picks "
+        "the packaged code), instead of the shipped ones (repeat for more).",
+    ),
+    click.option("--tenant", help="Deploy into this tenant (the functions and their topics)."),
+    click.option(
+        "--namespace", help="Deploy into this namespace (the functions and their topics)."
+    ),
+]
+
+
+def _with_selection(command: C) -> C:
+    for option in reversed(_selection_options):
+        command = option(command)
+    return command
+
 
 _worker_python_options = [
     click.option("--python-version", help="The workers' Python, e.g. 3.12 (default: this one)."),
@@ -90,9 +121,21 @@ def package(out_dir: Path, python_version: str | None, platform: str | None) -> 
 @click.option(
     "--function-auth-token",
     envvar="PULSAR_STATE_FUNCTION_AUTH_TOKEN",
-    help="The token the functions' admin calls use (their secret adminToken), where a "
-    "config's secrets leave it unset (default: the token deploy uses, if any).",
+    help="The token the functions' admin calls use, stored as their secret adminToken "
+    "(clear text), where a config's secrets leave it unset. Default: none (the token "
+    "deploy itself uses is never copied).",
 )
+@click.option(
+    "--admin-token-secret",
+    help="Instead: a reference to that token in the cluster's secrets provider, as it "
+    'takes one (JSON for Kubernetes: {"path": "pulsar-tokens", "key": "admin"}).',
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print what would be created or updated (secrets redacted); change nothing.",
+)
+@_with_selection
 @click.option(
     "--function-tls-trust-cert-path",
     envvar="PULSAR_STATE_FUNCTION_TLS_TRUST_CERT_PATH",
@@ -115,20 +158,43 @@ def deploy(
     code: str,
     function_admin_url: str | None,
     function_auth_token: str | None,
+    admin_token_secret: str | None,
+    dry_run: bool,
+    only: tuple[str, ...],
+    config_files: tuple[Path, ...],
+    tenant: str | None,
+    namespace: str | None,
     function_tls_trust_cert_path: str | None,
     wait_s: float,
     python_version: str | None,
     platform: str | None,
     **auth_opts: Any,
 ) -> None:
-    """Create the packaged functions on the cluster, or update those already there."""
+    """Create the packaged functions on the cluster, or update those already there.
+
+    The permissions each function's role needs are in docs/functions.md.
+    """
+    if only and config_files:
+        raise click.UsageError("give --only (shipped functions) or --config (yours), not both")
+    secret_ref: Any = None
+    if admin_token_secret is not None:
+        try:
+            secret_ref = json.loads(admin_token_secret)
+        except ValueError:
+            secret_ref = admin_token_secret  # a plain name
     deploy_functions(
         admin_url=admin_url,
         auth=cluster_auth(auth_opts),
         admin_client=admin_client,
         code=code,
+        only=only,
+        config_files=config_files,
+        tenant=tenant,
+        namespace=namespace,
         function_admin_url=function_admin_url,
         function_auth_token=function_auth_token,
+        admin_token_secret=secret_ref,
+        dry_run=dry_run,
         function_tls_trust_cert_path=function_tls_trust_cert_path,
         wait_s=wait_s,
         python_version=python_version,
@@ -141,11 +207,26 @@ def deploy(
 @_admin_option
 @auth_options
 @_admin_client_option
-def undeploy(admin_url: str, admin_client: str, **auth_opts: Any) -> None:
-    """Delete the packaged functions (and their stored code) from the cluster."""
+@_with_selection
+def undeploy(
+    *,
+    admin_url: str,
+    admin_client: str,
+    only: tuple[str, ...],
+    config_files: tuple[Path, ...],
+    tenant: str | None,
+    namespace: str | None,
+    **auth_opts: Any,
+) -> None:
+    """Delete the packaged functions (and their stored code) from the cluster:
+    those deploy creates with the same --only/--config/--tenant/--namespace."""
     undeploy_functions(
         admin_url=admin_url,
         auth=cluster_auth(auth_opts),
         admin_client=admin_client,
+        only=only,
+        config_files=config_files,
+        tenant=tenant,
+        namespace=namespace,
         echo=click.echo,
     )

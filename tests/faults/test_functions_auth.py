@@ -136,6 +136,8 @@ def _deploy(worker: SecuredWorker, token: str | None) -> Any:
     env = {"PULSAR_ADMIN_URL": worker.admin_url}
     if token:
         env["PULSAR_AUTH_TOKEN"] = token
+        # the functions' own admin token, given on purpose (deploy never copies its own)
+        env["PULSAR_STATE_FUNCTION_AUTH_TOKEN"] = token
     # nothing of the shared test broker's environment (PULSAR_*) leaks in
     return pulsar_state_cli("deploy", "--wait-s", "240", env=env, drop=("PULSAR_",), timeout_s=480)
 
