@@ -53,7 +53,7 @@ test-integration: $(STAMP)
 test-cluster: $(STAMP)
 	$(PY) -m pytest tests/cluster
 
-# the Spark extra at setup.py's floors (pyspark, pyarrow pinned) in a throwaway venv
+# every floor of setup.py (pulsar-client, requests, click, ..., pyspark, pyarrow) in a throwaway venv
 # under .cache/min-deps: install, import, register, and read a map of the broker at
 # PULSAR_STATE_TEST_SERVICE_URL/PULSAR_STATE_TEST_ADMIN_URL (without them: import and register only)
 check-min-deps: $(STAMP)

@@ -32,6 +32,20 @@ PSYCOPG = "psycopg[binary]>=3.1,<4"
 # first shipped in PySpark 4.2.0; 4.2 itself needs pyarrow >= 18. The floors are
 # checked by `make check-min-deps` (tests/min_deps.py reads this list).
 SPARK = ["pyspark>=4.2,<5", "pyarrow>=18"]
+# every floor here is installed and run by `make check-min-deps` too
+REQUIRES = [
+    PULSAR_CLIENT,
+    "requests>=2.31",
+    "tenacity>=8.2",
+    "prometheus-client>=0.19",
+    "click>=8.1",
+    "pyyaml>=6.0",
+    "tqdm>=4.66",
+    "pyjwt>=2.8",
+    "packaging>=23",
+    # client.conf (Java properties), read as pulsar-admin reads it
+    "javaproperties>=0.8",
+]
 
 setup(
     name="pulsar-shared-state",
@@ -56,19 +70,7 @@ setup(
     package_dir=PACKAGE_DIRS,
     package_data={"pulsar_state": ["py.typed"], "pulsar_state.deploy.functions": ["*.yaml"]},
     include_package_data=True,
-    install_requires=[
-        PULSAR_CLIENT,
-        "requests>=2.31",
-        "tenacity>=8.2",
-        "prometheus-client>=0.19",
-        "click>=8.1",
-        "pyyaml>=6.0",
-        "tqdm>=4.66",
-        "pyjwt>=2.8",
-        "packaging>=23",
-        # client.conf (Java properties), read as pulsar-admin reads it
-        "javaproperties>=0.8",
-    ],
+    install_requires=REQUIRES,
     extras_require={
         # What the functions worker's Python runner needs (grpc, protobuf, ...)
         "functions": [PULSAR_CLIENT.replace("pulsar-client", "pulsar-client[functions]")],

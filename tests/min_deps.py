@@ -1,12 +1,14 @@
-"""Check the Spark extra's lower bounds: ``make check-min-deps``.
+"""Check every declared lower bound: ``make check-min-deps``.
 
 setup.py promises ``pulsar-shared-state[spark]`` works from the floors of its
-``SPARK`` requirements (``pyspark>=X``, ``pyarrow>=Y``). This script makes a
-throwaway venv under ``.cache/min-deps/`` (git-ignored), installs the package
-(not editable) with exactly those floors pinned, and runs itself inside it
-(``--inside``): the Spark source must import, register in a local Spark
-session and, when broker URLs are given, read a map it writes, as a snapshot
-and as an ``availableNow`` stream of changes.
+requirements: ``REQUIRES`` (``pulsar-client>=X``, ``requests``, ``click``, ...)
+and ``SPARK`` (``pyspark>=X``, ``pyarrow>=Y``). This script makes a throwaway
+venv under ``.cache/min-deps/`` (git-ignored), installs the package (not
+editable) with exactly those floors pinned, and runs itself inside it
+(``--inside``): the Spark source must import and register in a local Spark
+session and, when broker URLs are given, the core must write on the floor
+client (sync puts, a group commit, an update, a latest read) and the Spark
+source read a map, as a snapshot and as an ``availableNow`` stream of changes.
 
     python tests/min_deps.py [--service-url pulsar://... --admin-url http://...]
     python tests/min_deps.py --pin pyspark==4.1.0   # try another version
@@ -36,17 +38,34 @@ VENV = REPO_ROOT / ".cache" / "min-deps" / "venv"
 STEP_TIMEOUT_S = 1800
 
 
-def spark_floors() -> list[str]:
-    """``name==floor`` for each requirement of setup.py's ``SPARK`` list."""
+def _setup_lists() -> dict[str, list[str]]:
+    """setup.py's module-level string constants and lists of them (a list may name
+    a constant, as ``REQUIRES`` names ``PULSAR_CLIENT``)."""
     tree = ast.parse((REPO_ROOT / "setup.py").read_text(encoding="utf-8"))
+    found: dict[str, list[str]] = {}
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "SPARK" for t in node.targets
-        ):
-            requirements = [Requirement(r) for r in ast.literal_eval(node.value)]
-            break
-    else:
-        raise SystemExit("setup.py has no SPARK = [...] list")
+        if not (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)):
+            continue
+        name = node.targets[0].id
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            found[name] = [node.value.value]
+        elif isinstance(node.value, ast.List):
+            items: list[str] = []
+            for item in node.value.elts:
+                if isinstance(item, ast.Constant) and isinstance(item.value, str):
+                    items.append(item.value)
+                elif isinstance(item, ast.Name) and item.id in found:
+                    items.extend(found[item.id])
+            found[name] = items
+    return found
+
+
+def floors() -> list[str]:
+    """``name==floor`` for each requirement of setup.py's ``REQUIRES`` and ``SPARK``."""
+    lists = _setup_lists()
+    if "REQUIRES" not in lists or "SPARK" not in lists:
+        raise SystemExit("setup.py has no REQUIRES = [...] or SPARK = [...] list")
+    requirements = [Requirement(r) for r in (*lists["REQUIRES"], *lists["SPARK"])]
     pins = []
     for req in requirements:
         floors = [s.version for s in req.specifier if s.operator == ">="]
@@ -67,7 +86,7 @@ def _run(step: str, cmd: list[str], env: dict[str, str] | None = None) -> None:
 
 
 def outside(args: argparse.Namespace) -> None:
-    pins = args.pin or spark_floors()
+    pins = args.pin or floors()
     print(f"checking pulsar-shared-state[spark] with {' '.join(pins)}", flush=True)
     _run("venv", [sys.executable, "-m", "venv", "--clear", str(VENV)])
     py = str(VENV / "bin" / "python")
@@ -111,11 +130,38 @@ def inside(args: argparse.Namespace) -> None:
         spark.dataSource.register(PulsarStateDataSource)
         print("registered the pulsar_state data source", flush=True)
         if args.service_url and args.admin_url:
+            _write_a_map(args.service_url, args.admin_url)
             _read_a_map(spark, args.service_url, args.admin_url)
         else:
             print("no broker URLs given: reading skipped", flush=True)
     finally:
         spark.stop()
+
+
+def _write_a_map(service_url: str, admin_url: str) -> None:
+    """The core on the floor client: sync puts (one-message entries, the blocking
+    send), a group commit (many messages in one entry), an update, a latest read."""
+    import pulsar  # noqa: PLC0415
+
+    from pulsar_state import PulsarMap  # noqa: PLC0415
+
+    topic = f"persistent://public/default/min-deps-core-{uuid.uuid4().hex[:12]}"
+    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        with PulsarMap[str, int](client, topic, admin_url=admin_url) as m:
+            for i in range(5):
+                m.put(f"k{i}", i).result(60)
+            pending = [m.put(f"g{i}", i) for i in range(200)]
+            for put in pending:
+                put.result(60)
+            if m.update("k0", lambda v: (v or 0) + 10).result(60) != 10:
+                raise SystemExit("update on the floor client returned the wrong value")
+            size = m.size(latest=True).result(60)
+    finally:
+        client.close()
+    if size != 205:
+        raise SystemExit(f"the map holds {size} keys, not 205")
+    print("core on the floor client: puts, a group commit, an update, a latest read", flush=True)
 
 
 def _read_a_map(spark: Any, service_url: str, admin_url: str) -> None:

@@ -1,10 +1,11 @@
-"""setup.py's floors for the Spark extra hold (issue #15, item 4).
+"""Every floor of setup.py holds (issue #15, item 4; issue #28, item 3).
 
 Runs ``tests/min_deps.py`` (also ``make check-min-deps``): a throwaway venv
-with ``pyspark`` and ``pyarrow`` pinned to the lowest versions setup.py
-allows, the package installed into it, and a map of the test broker read
-through the Spark source there, as a snapshot and as an ``availableNow``
-stream. Slow: the first run downloads and builds PySpark (~450 MB, a few
+with every requirement pinned to the lowest version setup.py allows
+(``pulsar-client``, ``requests``, ``click``, ... and the Spark extra's
+``pyspark`` and ``pyarrow``), the package installed into it; the core writes
+a map on the floor client (both of its send paths) and the Spark source reads
+a map of the test broker, as a snapshot and as an ``availableNow`` stream. Slow: the first run downloads and builds PySpark (~450 MB, a few
 minutes); pip's cache makes later runs about a minute or two.
 """
 
@@ -21,7 +22,7 @@ TIMEOUT_S = 2400
 
 @pytest.mark.slow
 @pytest.mark.timeout(TIMEOUT_S + 60)
-def test_spark_source_works_at_the_lowest_allowed_versions(
+def test_the_core_and_the_spark_source_work_at_the_lowest_allowed_versions(
     pulsar_endpoint: PulsarEndpoint,
 ) -> None:
     stdout = run_check_script(
@@ -33,5 +34,7 @@ def test_spark_source_works_at_the_lowest_allowed_versions(
         timeout_s=TIMEOUT_S,
     )
     assert "min-deps check passed" in stdout
+    assert "pulsar-client 3.5" in stdout  # the floor, not the newest
+    assert "core on the floor client: " in stdout
     assert "snapshot read: " in stdout
     assert "availableNow stream: " in stdout
