@@ -5,7 +5,8 @@ with every requirement pinned to the lowest version setup.py allows
 (``pulsar-client``, ``requests``, ``click``, ... and the Spark extra's
 ``pyspark`` and ``pyarrow``), the package installed into it; the core writes
 a map on the floor client (both of its send paths) and the Spark source reads
-a map of the test broker, as a snapshot and as an ``availableNow`` stream. Slow: the first run downloads and builds PySpark (~450 MB, a few
+a map of the test broker, as a snapshot and as an ``availableNow`` stream.
+Slow: the first run downloads and builds PySpark (~450 MB, a few
 minutes); pip's cache makes later runs about a minute or two.
 """
 
