@@ -17,7 +17,7 @@ import pytest
 import requests
 from harness import pulsar_state_cli, unique_topic
 
-from pulsar_state import PulsarMap, StateConfig
+from pulsar_state import CoordinationService, MetadataStore, PulsarMap, StateConfig
 from pulsar_state.cluster.admin import PulsarAdmin, topic_path
 from pulsar_state.cluster.endpoint import AdminEndpoint
 from pulsar_state.connectors.spark_options import SourceOptions
@@ -137,3 +137,30 @@ def test_the_spark_sources_admin_reads_through_the_non_owner(
     )
     opts.check_topic()
     assert "ledgers" in opts.internal_stats()
+
+
+def test_a_metadata_store_and_its_locks_through_the_non_owner(
+    local_cluster: EmbeddedCluster,
+) -> None:
+    """The store's companion topic (its sessions) is made and protected through
+    the broker that does not own the store's topic, and a lock works across two
+    stores, one through each broker."""
+    topic, elsewhere = created_on_one(local_cluster, "meta-non-owner")
+    owner_url = next(url for url in local_cluster.admin_urls if url != elsewhere)
+    clients = [_client(local_cluster), _client(local_cluster)]
+    via = [AdminEndpoint(url=url, headers=_bearer(local_cluster)) for url in (elsewhere, owner_url)]
+    try:
+        with (
+            MetadataStore(clients[0], topic, admin=via[0]) as first,
+            MetadataStore(clients[1], topic, admin=via[1]) as second,
+        ):
+            held = CoordinationService[str](first).acquire_lock("/locks/a", "first").result(60)
+            other = CoordinationService[str](second)
+            assert other.read_lock("/locks/a").result(60) == "first"
+            held.release().result(60)
+            taken = other.lock("/locks/a", "second", timeout_s=60)
+            assert taken.held and taken.fencing_token > held.fencing_token
+            taken.release().result(60)
+    finally:
+        for client in clients:
+            client.close()
