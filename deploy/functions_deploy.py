@@ -47,9 +47,10 @@ from pulsar_state.deploy.function_package import build_function_package
 from pulsar_state.deploy.function_ready import DeployedFunction
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
 from pulsar_state.deploy.rest_admin import PulsarAdminRest
-from pulsar_state.errors import ConfigurationError
+from pulsar_state.errors import ConfigurationError, InvalidTopicNameError
 from pulsar_state.runtime.secrets import ADMIN_TOKEN_SECRET
 from pulsar_state.runtime.tls import TLS_TRUST_CERTS
+from pulsar_state.topic_names import PERSISTENT, namespace_topic, parse_topic
 
 __all__ = [
     "ADMIN_CLIENTS",
@@ -151,16 +152,21 @@ def relocate(
     of its own namespace it names (inputs, output, the topics in userConfig)."""
     if tenant is None and namespace is None:
         return config
-    old = f"persistent://{config['tenant']}/{config['namespace']}/"
+    old = (config["tenant"], config["namespace"])
     new_tenant, new_ns = tenant or config["tenant"], namespace or config["namespace"]
     for name, value in (("tenant", new_tenant), ("namespace", new_ns)):
         if not value or "/" in value:
             raise ConfigurationError(f"{name} must be a plain name, got {value!r}")
-    new = f"persistent://{new_tenant}/{new_ns}/"
 
     def move(value: Any) -> Any:
-        if isinstance(value, str) and value.startswith(old):
-            return new + value[len(old) :]
+        if isinstance(value, str) and value.startswith(f"{PERSISTENT}://"):
+            try:
+                parsed = parse_topic(value)
+            except InvalidTopicNameError:
+                return value
+            if (parsed.tenant, parsed.namespace) == old:
+                return namespace_topic(new_tenant, new_ns, parsed.local_name)
+            return value
         if isinstance(value, list):
             return [move(v) for v in value]
         if isinstance(value, dict):

@@ -39,6 +39,7 @@ from pulsar_state.errors import (
 )
 from pulsar_state.map.checkpoint.format import Manifest as CheckpointManifest
 from pulsar_state.map.checkpoint.policy import CheckpointPolicy
+from pulsar_state.map.memory import MemoryPulsarMap
 from pulsar_state.map.pulsar_map import MapOp, PulsarMap
 from pulsar_state.map.watch import MapChange, MapWatch
 from pulsar_state.metadata.base import BaseMetadataStore
@@ -68,6 +69,7 @@ __all__ = [
     "OpCodec",
     "SerializerCodec",
     # Recipes
+    "MemoryPulsarMap",
     "PulsarMap",
     "MapOp",
     "MapChange",

@@ -29,6 +29,7 @@ import pulsar
 import pytest
 
 from pulsar_state.testing import EmbeddedPulsar
+from pulsar_state.topic_names import namespace_topic
 
 __all__ = ["pulsar_state_broker", "pulsar_state_client", "pulsar_state_topic"]
 
@@ -59,4 +60,4 @@ def pulsar_state_client(pulsar_state_broker: EmbeddedPulsar) -> Iterator[pulsar.
 def pulsar_state_topic(request: pytest.FixtureRequest) -> str:
     """``persistent://public/default/<test name>-<random>``: a topic of the test's own."""
     name = "".join(c if c.isalnum() else "-" for c in request.node.name)[:60].strip("-")
-    return f"persistent://public/default/{name}-{uuid.uuid4().hex[:8]}"
+    return namespace_topic("public", "default", f"{name}-{uuid.uuid4().hex[:8]}")
