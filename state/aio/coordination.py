@@ -44,6 +44,9 @@ class AsyncCoordinationService(Generic[T]):
         :meth:`CoordinationService.lock`); cancelling the awaiting task, or the
         timeout, ends the wait and leaves nothing held.
 
+        Returns:
+            The held :class:`ResourceLock`.
+
         Raises:
             OperationTimeoutError: not taken within ``timeout_s``.
         """
@@ -58,6 +61,19 @@ class AsyncCoordinationService(Generic[T]):
                     f"the lock {path} was not taken within {timeout_s}s"
                 ) from None
             raise
+
+    async def wait_for_lock(self, path: str, content: T) -> ResourceLock[T]:
+        """The lock at ``path`` once taken (:meth:`CoordinationService.wait_for_lock`);
+        cancelling the awaiting task ends the wait and leaves nothing held (as
+        :meth:`lock` without a timeout).
+
+        Returns:
+            The held :class:`ResourceLock`.
+
+        Raises:
+            StateClosedError: the service closed first.
+        """
+        return await self.lock(path, content)
 
     async def read_lock(self, path: str, *, latest: bool = True) -> T | None:
         """The content of the lock at ``path`` (:meth:`CoordinationService.read_lock`, awaited).

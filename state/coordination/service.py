@@ -243,6 +243,9 @@ class CoordinationService(Generic[T]):
         The wait runs on a daemon thread of its own; cancelling the future ends
         it (a lock taken as it was cancelled is released).
 
+        Returns:
+            A future of the held :class:`ResourceLock`.
+
         Raises:
             TypeError, ValueError: at the call, for a path that is not a valid
                 metadata path.

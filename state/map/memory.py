@@ -186,8 +186,15 @@ class MemoryPulsarMap(PulsarMap[K, V]):
         from_position: Position | str | None = None,
         **options: Any,
     ) -> Any:
-        """As :meth:`PulsarMap.watch`, from now only: a ``from_position`` before the
-        current position is a ``ConfigurationError`` (no history is kept)."""
+        """As :meth:`PulsarMap.watch`, from now only (no history is kept).
+
+        Returns:
+            The running :class:`~pulsar_state.map.watch.MapWatch`.
+
+        Raises:
+            ConfigurationError: a ``from_position`` before the current position.
+            TypeError, ValueError: as :meth:`PulsarMap.watch`.
+        """
         if from_position is not None and Position.parse(from_position) < self.manager.position:
             raise ConfigurationError(
                 "an in-memory map keeps no history: watch from now (from_position=None)"
