@@ -67,6 +67,8 @@ setup(
         for sub in (package, *(f"{package}.{found}" for found in find_packages(folder)))
     ]
     + ["pulsar_state.deploy.functions"],
+    # Spark registers the data source itself from this top-level module (pyspark_*)
+    py_modules=["pyspark_pulsar_state"],
     package_dir=PACKAGE_DIRS,
     package_data={"pulsar_state": ["py.typed"], "pulsar_state.deploy.functions": ["*.yaml"]},
     include_package_data=True,
