@@ -227,11 +227,10 @@ def load_configs(
         raise ConfigurationError(
             f"no packaged function {', '.join(unknown)} (one of {', '.join(names)})"
         )
-    return [
-        (_load(config_file), entry, extras)
-        for config_file, (entry, extras) in FUNCTIONS.items()
-        if not only or _load(config_file)["name"] in only
+    shipped = [
+        (_load(config_file), entry, extras) for config_file, (entry, extras) in FUNCTIONS.items()
     ]
+    return [item for item in shipped if not only or item[0]["name"] in only]
 
 
 #: the admin clients: rest (the admin REST API, no Java) or cli (bin/pulsar-admin)
