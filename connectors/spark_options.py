@@ -4,16 +4,13 @@ clients and ask the admin API) and the schema each mode reads."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import quote
 
 import pulsar
 import requests
@@ -21,8 +18,6 @@ from tenacity import (
     RetryCallState,
     Retrying,
     retry_if_exception,
-    retry_if_exception_type,
-    stop_after_attempt,
     stop_after_delay,
     wait_exponential,
 )
@@ -31,7 +26,12 @@ from pulsar_state.cluster.admin import topic_path
 from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.cluster.endpoint import AdminEndpoint
 from pulsar_state.cluster.session import ClusterSession, refused_redirect
-from pulsar_state.errors import ConfigurationError, PulsarStateError
+from pulsar_state.errors import (
+    ConfigurationError,
+    PermissionDeniedError,
+    PulsarStateError,
+    TopicNotFoundError,
+)
 from pulsar_state.map.op import MapCodec
 from pulsar_state.position import Position
 from pulsar_state.retry import is_transient
@@ -42,10 +42,6 @@ __all__ = ["SourceOptions", "source_schema"]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
-
-
-class _StillThereError(Exception):
-    """The admin API did not delete a subscription (yet)."""
 
 
 _MODES = ("snapshot", "changelog")
@@ -309,106 +305,36 @@ class SourceOptions:
         return self.auth.admin_endpoint(self.admin_url)
 
     def last_position(self) -> Position:
-        """The topic's last message id (a short-lived subscription asks the broker:
-        only a consumer can), tried again within ``timeoutMs`` as in :meth:`connect`.
-        The subscription is removed before returning, again through an unload; so is
-        one whose subscribe timed out here but went through on the broker."""
-        #: subscriptions the consumer could not remove (name: why), deleted through
-        #: the admin API once every client of ours is closed: before that, a
-        #: consumer that reconnects after an unload could make one again
-        leftover: dict[str, str] = {}
+        """The topic's last message id, from the admin API (``lastMessageId``):
+        a read that makes no subscription, so an unload in its way leaves nothing
+        behind; transient failures (an unload, a broker restart) are tried again
+        within ``timeoutMs``.
 
-        def ask(client: pulsar.Client) -> Position:
-            name = f"pss-spark-{uuid.uuid4().hex[:12]}"
-            try:
-                consumer = client.subscribe(
-                    self.topic,
-                    name,
-                    receiver_queue_size=0,
-                    properties={"pulsar-state-role": "spark-planner"},
-                )
-            except pulsar.PulsarException:
-                leftover[name] = ""
-                raise
-            try:
-                return Position.from_message_id(consumer.get_last_message_id())
-            finally:
-                failure = self._unsubscribe(consumer)
-                if failure is not None:
-                    leftover[name] = failure
+        Returns:
+            The position of the topic's last message (``entry == -1``: empty).
 
-        try:
-            client, position = self.connect(ask, what="asking the last position")
-        except pulsar.PulsarException as exc:
-            hint = ""
-            if self.service_url.startswith("pulsar+ssl://") and not (
-                self.auth.tls_trust_cert_path or self.auth.tls_allow_insecure
-            ):
-                hint = f" (over TLS: {_TRUST_HINT})"
-            raise ConnectionError(
-                f"pulsar_state: cannot reach {self.service_url} (no last position of "
-                f"{self.topic} within timeoutMs={self.timeout_ms}): {exc}{hint}"
-            ) from None
-        else:
-            client.close()  # (connect closed the clients of failed attempts)
-        finally:
-            for name, failure in leftover.items():
-                self._remove_subscription(name, failure)
-        return position
-
-    def _unsubscribe(self, consumer: pulsar.Consumer) -> str | None:
-        """Remove the planner's subscription, since a durable one left behind keeps
-        the topic's backlog; ``None`` once done, else why not. An unload in the way
-        is waited out a little (the consumer reconnects by itself); if the consumer
-        stays cut off, it is closed, and the caller deletes the subscription through
-        the admin API once the client is closed too."""
-        try:
-            for attempt in Retrying(
-                stop=stop_after_attempt(4),
-                wait=wait_exponential(multiplier=0.1, max=0.5),
-                retry=retry_if_exception(is_transient),
-                reraise=True,
-            ):
-                with attempt:
-                    consumer.unsubscribe()
-            return None
-        except pulsar.PulsarException as exc:
-            failure = f"{type(exc).__name__}: {exc}; "
-        with contextlib.suppress(pulsar.PulsarException):
-            consumer.close()
-        return failure
-
-    def _remove_subscription(self, name: str, failure: str) -> None:
-        """Delete subscription ``name`` through the admin API (gone already is fine);
-        one that stays is named in the log with the command that removes it."""
-        path = f"/admin/v2/{topic_path(self.topic)}/subscription/{quote(name, safe='')}"
-        budget_s = max(5.0, self.timeout_ms / 1000)
+        Raises:
+            ValueError: the topic does not exist.
+            PermissionError: this source's credentials may not read it.
+            ConnectionError: the admin API did not answer within ``timeoutMs``.
+        """
+        budget_s = max(1.0, self.timeout_ms / 1000)
         admin = self.admin_endpoint().admin(timeout_s=min(10.0, budget_s), retry_s=budget_s)
         try:
-            for attempt in Retrying(
-                stop=stop_after_delay(budget_s),
-                wait=wait_exponential(multiplier=0.1, max=1.0),
-                retry=retry_if_exception_type(_StillThereError),
-                reraise=True,
-            ):
-                with attempt:
-                    resp = admin.request("DELETE", path)
-                    if resp.status_code not in (200, 204, 404):  # 404: gone already
-                        raise _StillThereError(f"{resp.status_code}: {resp.text[:200]}")
-            return
-        except (_StillThereError, PulsarStateError) as exc:
-            failure = f"{failure}admin API: {exc}"
+            return admin.last_message_id(self.topic)
+        except TopicNotFoundError:
+            raise ValueError(f"pulsar_state: topic {self.topic} does not exist") from None
+        except PermissionDeniedError as exc:
+            raise PermissionError(
+                f"pulsar_state: not allowed to read {self.topic}: {exc}"
+            ) from None
+        except PulsarStateError as exc:
+            raise ConnectionError(
+                f"pulsar_state: no last position of {self.topic} from the admin API at "
+                f"{self.admin_url} within timeoutMs={self.timeout_ms} ({exc})"
+            ) from None
         finally:
             admin.close()
-        log.warning(
-            "pulsar_state: could not remove the subscription %s of %s (%s); it keeps the "
-            "topic's backlog until removed: pulsar-admin topics unsubscribe -s %s %s",
-            name,
-            self.topic,
-            failure,
-            name,
-            self.topic,
-        )
 
     def codec(self) -> MapCodec[str, Any]:
         return MapCodec(StrKeySerde(), _FORMATS[self.value_format])

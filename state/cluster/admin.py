@@ -417,6 +417,36 @@ class PulsarAdmin:
         resp = self.request("PUT", f"/admin/v2/{topic_path(topic)}/compaction")
         self._check(resp, f"triggering compaction of {topic}", ok=(200, 204, 409))
 
+    def last_message_id(self, topic: str) -> Position:
+        """The position of ``topic``'s last message (``GET .../lastMessageId``,
+        the broker's answer a consumer's ``get_last_message_id`` also gets,
+        with the batch index of a batch entry). A read: no subscription is made,
+        so nothing is left behind when the call meets an unload, and a missing
+        topic is not created. An empty topic answers ``entry == -1``.
+
+        Returns:
+            The last message's position.
+
+        Raises:
+            TopicNotFoundError: the topic does not exist.
+            PermissionDeniedError: this role may not read the topic (it needs the
+                consume permission).
+            AdminUnreachableError: no answer within ``retry_s``.
+        """
+        resp = self.request("GET", f"/admin/v2/{topic_path(topic)}/lastMessageId")
+        if resp.status_code == 404:
+            raise TopicNotFoundError(f"topic {topic} does not exist ({refusal_reason(resp)})")
+        self._check(resp, f"reading the last message id of {topic}", read_only=True)
+        body = resp.json()
+        try:
+            return Position(
+                int(body["ledgerId"]), int(body["entryId"]), int(body.get("batchIndex", -1))
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateTopicError(
+                f"the last message id of {topic} came back unreadable ({resp.text[:200]})"
+            ) from exc
+
     def compaction_status(self, topic: str) -> str:
         resp = self.request("GET", f"/admin/v2/{topic_path(topic)}/compaction")
         self._check(resp, f"reading compaction status of {topic}")

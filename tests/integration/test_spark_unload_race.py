@@ -12,10 +12,12 @@ out the whole operation timeout. An unload every 50 ms makes that happen
 within seconds; a bundle move, a broker restart or a load-balancer shedding
 the topic make it happen to a long-running query sooner or later.
 
-What users get now: each opening has a bounded share of ``timeoutMs`` and is
-tried again on a fresh client, so a stalled subscribe costs a part of the
-budget, not the query; the planner's short-lived subscription is removed even
-when its first unsubscribe lands in an unload.
+What users get now: a task's opening has a bounded share of ``timeoutMs`` and
+is tried again on a new client, so a stalled subscribe costs a part of the
+budget, not the query. The planner asks the admin API (``lastMessageId``): it
+made a short-lived subscription before, and one whose subscribe the client gave
+up on could still be made on the broker after its removal (a clean-clone CI run
+found ``pss-spark-*`` left on the topic); a read leaves nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pulsar
+import pytest
 import requests
 from harness import PulsarEndpoint, range_rows, unique_topic, unload_storm
 
@@ -95,3 +98,18 @@ def test_a_range_read_lives_through_an_unload_storm(
     assert all(
         got == expected for got in _during_storm(admin_url, opts.topic, lambda: range_rows(opts))
     )
+
+
+def test_the_planners_question_creates_nothing(
+    pulsar_endpoint: PulsarEndpoint, admin_url: str
+) -> None:
+    """A consumer's subscribe would have made the topic (auto-creation) and a
+    subscription on it; the admin API's read makes neither."""
+    topic = unique_topic("planner-missing")
+    opts = SourceOptions.parse(
+        {"serviceUrl": pulsar_endpoint.service_url, "adminUrl": admin_url, "topic": topic}
+    )
+    with pytest.raises(ValueError, match="does not exist"):
+        opts.last_position()
+    gone = requests.get(f"{admin_url}/admin/v2/{topic_path(topic)}/stats", timeout=30)
+    assert gone.status_code == 404
