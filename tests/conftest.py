@@ -11,6 +11,7 @@ import pulsar
 import pytest
 from harness import (
     PulsarEndpoint,
+    session_data_dir,
     start_endpoint,
     start_fencing_endpoint,
     stop_endpoint,
@@ -182,8 +183,7 @@ def client(broker_endpoint: PulsarEndpoint) -> Iterator[pulsar.Client]:
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     """A real PostgreSQL server (see ``postgres_server.py``), started once if a test asks."""
-    data_dir = os.environ.get("PULSAR_STATE_TEST_DATA_DIR")
-    server = start_server(Path(data_dir).name if data_dir else "test")
+    server = start_server(session_data_dir().name)
     try:
         yield server
     finally:

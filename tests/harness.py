@@ -17,6 +17,7 @@ suites on one machine then each have their own broker).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import signal
@@ -301,6 +302,37 @@ TEST_SERVICE_URL_ENV = "PULSAR_STATE_TEST_SERVICE_URL"
 TEST_ADMIN_URL_ENV = "PULSAR_STATE_TEST_ADMIN_URL"
 
 
+_SESSION_DIR: Path | None = None
+_SESSION_LOCK: Any = None  # the open lock file, held until the process exits
+
+
+def session_data_dir() -> Path:
+    """Where this test session keeps its broker (and names its other servers):
+    ``PULSAR_STATE_TEST_DATA_DIR`` or ``.pulsar/test``, locked for the session.
+
+    Each session stops a broker left on its directory and starts it fresh; two
+    sessions at once on one directory (a developer's second terminal, parallel
+    runs) would stop each other's broker. The second one gets ``<dir>-<pid>``.
+    """
+    global _SESSION_DIR, _SESSION_LOCK
+    if _SESSION_DIR is not None:
+        return _SESSION_DIR
+    base = Path(os.environ.get("PULSAR_STATE_TEST_DATA_DIR") or REPO_ROOT / ".pulsar" / "test")
+    for candidate in (base, base.with_name(f"{base.name}-{os.getpid()}")):
+        candidate.mkdir(parents=True, exist_ok=True)
+        lock = open(candidate / ".session.lock", "w")  # noqa: SIM115 (held for the session)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
+        if candidate != base:
+            log.warning("%s is used by another test session; this one uses %s", base, candidate)
+        _SESSION_DIR, _SESSION_LOCK = candidate, lock
+        return candidate
+    raise RuntimeError(f"no free test data directory beside {base}")
+
+
 def start_endpoint() -> PulsarEndpoint:
     forced = os.environ.get("PULSAR_STATE_TEST_BROKER", "")
     # the suite's own variables, never the CLI's PULSAR_SERVICE_URL/PULSAR_ADMIN_URL:
@@ -313,8 +345,7 @@ def start_endpoint() -> PulsarEndpoint:
         return PulsarEndpoint(service_url=service_url, admin_url=admin_url, kind="env")
     if forced == "container" or (not forced and _docker_answers()):
         return _container_endpoint()
-    data_dir = Path(os.environ.get("PULSAR_STATE_TEST_DATA_DIR") or REPO_ROOT / ".pulsar" / "test")
-    broker = StandaloneBroker(data_dir=data_dir, broker_settings=TEST_BROKER_SETTINGS)
+    broker = StandaloneBroker(data_dir=session_data_dir(), broker_settings=TEST_BROKER_SETTINGS)
     broker.stop()  # a broker left by an interrupted session
     info = broker.start(fresh=True)
     return PulsarEndpoint(
@@ -333,8 +364,8 @@ def start_fencing_endpoint(main: PulsarEndpoint) -> PulsarEndpoint:
     """
     if main.broker is None:
         return main
-    base = os.environ.get("PULSAR_STATE_TEST_DATA_DIR")
-    data_dir = Path(f"{base}-fencing") if base else REPO_ROOT / ".pulsar" / "test-fencing"
+    base = session_data_dir()
+    data_dir = base.with_name(f"{base.name}-fencing")
     broker = StandaloneBroker(
         data_dir=data_dir, broker_settings=TEST_BROKER_SETTINGS, functions=False
     )

@@ -24,7 +24,6 @@ admin REST calls (protecting its state topic) carry the function secret
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ import pulsar
 import pytest
 import requests
 import yaml
-from harness import REPO_ROOT, TEST_BROKER_SETTINGS, pulsar_state_cli, wait_until
+from harness import REPO_ROOT, TEST_BROKER_SETTINGS, pulsar_state_cli, session_data_dir, wait_until
 
 from pulsar_state import PulsarMap, StateConfig
 from pulsar_state.cluster.admin import topic_path
@@ -108,7 +107,7 @@ class SecuredWorker:
 
 @pytest.fixture(scope="module")
 def secured_worker() -> Iterator[SecuredWorker]:
-    base = os.environ.get("PULSAR_STATE_TEST_DATA_DIR") or str(REPO_ROOT / ".pulsar" / "test")
+    base = str(session_data_dir())
     authority = TokenAuthority()
     broker = StandaloneBroker(
         data_dir=Path(base + "-fnauth"),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from typing import Any
 import pulsar
 import pytest
 import requests
-from harness import REPO_ROOT, pulsar_state_cli, unique_topic
+from harness import pulsar_state_cli, session_data_dir, unique_topic
 
 from pulsar_state import (
     AdminEndpoint,
@@ -62,7 +61,7 @@ class SecuredBroker:
 
 @pytest.fixture(scope="module")
 def secured() -> Iterator[SecuredBroker]:
-    base = os.environ.get("PULSAR_STATE_TEST_DATA_DIR") or str(REPO_ROOT / ".pulsar" / "test")
+    base = str(session_data_dir())
     authority = TokenAuthority()
     broker = StandaloneBroker(
         data_dir=Path(base + "-auth"),

@@ -12,7 +12,6 @@ Each starts fresh in its own data directory (``PULSAR_STATE_TEST_DATA_DIR`` +
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,7 +22,7 @@ from typing import Any
 import pulsar
 import trustme
 from cryptography.hazmat.primitives import serialization
-from harness import REPO_ROOT
+from harness import session_data_dir
 
 from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.deploy.standalone import StandaloneBroker
@@ -106,7 +105,7 @@ def _standalone(
     server.cert_chain_pems[0].write_to_path(str(certs / "broker.pem"))
     _write_pkcs8(server.private_key_pem.bytes(), certs / "broker.key")
     binary_port, web_port = free_port(), free_port()
-    base = os.environ.get("PULSAR_STATE_TEST_DATA_DIR") or str(REPO_ROOT / ".pulsar" / "test")
+    base = str(session_data_dir())
     broker = StandaloneBroker(
         data_dir=Path(f"{base}-{name}"),
         functions=False,

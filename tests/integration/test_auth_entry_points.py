@@ -20,7 +20,7 @@ from pathlib import Path
 import pulsar
 import pytest
 import yaml
-from harness import REPO_ROOT, unique_topic
+from harness import session_data_dir, unique_topic
 from postgres_server import sql_rows
 
 from pulsar_state import PulsarMap
@@ -45,7 +45,7 @@ class Secured:
 
 @pytest.fixture(scope="module")
 def secured() -> Iterator[Secured]:
-    base = os.environ.get("PULSAR_STATE_TEST_DATA_DIR") or str(REPO_ROOT / ".pulsar" / "test")
+    base = str(session_data_dir())
     authority = TokenAuthority()
     broker = StandaloneBroker(
         data_dir=Path(base + "-auth-entry"),
