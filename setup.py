@@ -90,6 +90,7 @@ setup(
             "hypothesis>=6.100",  # model-based tests of the write side
             "testcontainers>=4.8",
             "trustme>=1.1",  # throwaway CAs for the TLS tests
+            "cryptography>=42",  # the local cluster's CA (pulsar-state cluster start --tls)
         ],
         "dev": [
             PULSAR_CLIENT.replace("pulsar-client", "pulsar-client[functions]"),
@@ -98,6 +99,7 @@ setup(
             "hypothesis>=6.100",  # model-based tests of the write side
             "testcontainers>=4.8",
             "trustme>=1.1",  # throwaway CAs for the TLS tests
+            "cryptography>=42",  # the local cluster's CA (pulsar-state cluster start --tls)
             "ruff>=0.6",
             "mypy>=1.10",
             "types-requests",

@@ -12,12 +12,15 @@ A data directory holds everything of one cluster::
       data/zookeeper, data/bookie-<i>/               the metadata and the ledgers
       logs/<process>.log                             each process's output
       auth/secret.key, auth/<role>.token             with auth="token"
+      tls/ca.pem, broker.pem, client-<role>.pem, ... with tls=True (see .cluster_tls)
       layout.json                                    shape and ports, kept for the dir's life
       cluster.json                                   pids and URLs while running
 
 The brokers start one after the other, each once the previous one answers its
 health check: started together on a fresh cluster, one of them exits with
-"Failed to fence subscription". Every process's pid is in ``cluster.json``, so
+"Failed to fence subscription". With ``tls`` each broker also serves TLS on
+two more ports (the launcher's readiness checks and the brokers' own traffic
+stay on the plain ones). Every process's pid is in ``cluster.json``, so
 ``status``, ``stop``, ``kill_broker`` and ``start_broker`` work from another
 process; ``stop`` ends the brokers' process groups (their function instances
 included), then the bookies', then ZooKeeper's.
@@ -40,9 +43,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pulsar_state.deploy.cluster_config import ClusterConfig, ClusterPorts
+from pulsar_state.deploy.cluster_config import ClusterConfig, ClusterPorts, stored_layout
 from pulsar_state.deploy.cluster_launch import MAIN_CLASS, ClusterFiles, process_kind
 from pulsar_state.deploy.cluster_ready import ClusterProbe
+from pulsar_state.deploy.cluster_tls import ClusterTls, check_role
 from pulsar_state.deploy.distribution import PulsarDistribution, java_executable
 from pulsar_state.deploy.errors import BrokerNotRunningError, BrokerStartError
 from pulsar_state.deploy.processes import (
@@ -77,6 +81,10 @@ class ClusterInfo:
         version: the Pulsar version it runs.
         functions: whether a functions worker runs inside each broker.
         started_at: when it was started (wall clock, seconds).
+        tls_service_urls: each broker's ``pulsar+ssl://`` URL; empty without TLS.
+        tls_admin_urls: each broker's ``https://`` admin URL; empty without TLS.
+        ca_file: the CA certificate that signs the brokers' (and clients')
+            certificates, for ``tls_trust_certs_file_path``; ``None`` without TLS.
     """
 
     cluster_name: str
@@ -88,6 +96,9 @@ class ClusterInfo:
     version: str
     functions: bool
     started_at: float
+    tls_service_urls: tuple[str, ...] = ()
+    tls_admin_urls: tuple[str, ...] = ()
+    ca_file: str | None = None
 
     @property
     def service_url(self) -> str:
@@ -95,23 +106,48 @@ class ClusterInfo:
         hosts = [url.removeprefix("pulsar://") for url in self.service_urls]
         return "pulsar://" + ",".join(hosts)
 
+    @property
+    def tls_service_url(self) -> str | None:
+        """One ``pulsar+ssl://h:p1,h:p2`` URL naming every broker; ``None`` without TLS."""
+        if not self.tls_service_urls:
+            return None
+        hosts = [url.removeprefix("pulsar+ssl://") for url in self.tls_service_urls]
+        return "pulsar+ssl://" + ",".join(hosts)
+
     def describe(self) -> str:
-        """``key=value`` lines: each broker's URLs, all brokers' service URL, the token file."""
+        """``key=value`` lines: each broker's URLs, all brokers' service URL, the token
+        file; with TLS each broker's TLS URLs, all brokers' TLS service URL, the CA file."""
         lines = [f"cluster={self.cluster_name}"]
+        tls = self.tls_service_urls and self.tls_admin_urls
         for i, (service, admin) in enumerate(zip(self.service_urls, self.admin_urls, strict=True)):
             lines += [f"broker.{i}.service_url={service}", f"broker.{i}.admin_url={admin}"]
+            if tls:
+                lines += [
+                    f"broker.{i}.tls_service_url={self.tls_service_urls[i]}",
+                    f"broker.{i}.tls_admin_url={self.tls_admin_urls[i]}",
+                ]
         lines += [f"service_url={self.service_url}", f"admin_url={self.admin_urls[0]}"]
+        if tls:
+            lines += [
+                f"tls_service_url={self.tls_service_url}",
+                f"tls_admin_url={self.tls_admin_urls[0]}",
+            ]
+        if self.ca_file:
+            lines.append(f"ca_file={self.ca_file}")
         if self.token_file:
             lines.append(f"token_file={self.token_file}")
         return "\n".join(lines)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClusterInfo:
+        """From :func:`dataclasses.asdict` (``cluster.json``; one written before TLS too)."""
         return cls(
             **{
                 **data,
                 "service_urls": tuple(data["service_urls"]),
                 "admin_urls": tuple(data["admin_urls"]),
+                "tls_service_urls": tuple(data.get("tls_service_urls") or ()),
+                "tls_admin_urls": tuple(data.get("tls_admin_urls") or ()),
             }
         )
 
@@ -127,6 +163,10 @@ class LocalCluster:
         auth: ``None``, or ``"token"``: JWT authentication and authorization,
             super-user ``admin`` (its token in ``auth/admin.token``).
         functions: run a functions worker inside each broker.
+        tls: each broker also serves TLS (``pulsar+ssl://``, ``https://``) with a
+            certificate of the cluster's own throwaway CA (``tls/ca.pem``); with
+            ``auth="token"`` a client certificate of :meth:`client_certificate`
+            authenticates too.
         python: the interpreter Python functions run with (default: this one).
         start_timeout_s: how long each step of a start may take to be ready.
         broker_settings: extra ``broker.conf`` settings of every broker.
@@ -146,6 +186,7 @@ class LocalCluster:
         bookies: int = 1,
         auth: str | None = None,
         functions: bool = False,
+        tls: bool = False,
         python: str | None = None,
         start_timeout_s: float = 240.0,
         broker_settings: dict[str, str] | None = None,
@@ -156,6 +197,7 @@ class LocalCluster:
             bookies=bookies,
             auth=auth,
             functions=functions,
+            tls=tls,
             start_timeout_s=start_timeout_s,
             broker_settings=dict(broker_settings or {}),
             **config,
@@ -197,6 +239,11 @@ class LocalCluster:
         """Where the token of ``role`` is (or will be) written."""
         return self._auth_dir / f"{role}.token"
 
+    @property
+    def tls_files(self) -> ClusterTls:
+        """The CA and certificates under ``tls/`` (made by a start with ``tls``)."""
+        return ClusterTls(self.data_dir / "tls")
+
     # -- tokens -----------------------------------------------------------------------
 
     def _authority(self, *, create: bool) -> TokenAuthority:
@@ -226,6 +273,27 @@ class LocalCluster:
         _write_private(self.token_path(role), token.encode())
         return token
 
+    # -- TLS client certificates ----------------------------------------------------------
+
+    def client_certificate(self, role: str) -> tuple[Path, Path]:
+        """The TLS client certificate and key of ``role`` (its common name), signed by
+        the cluster's CA; made on the first request, kept under ``tls/``. With
+        ``auth="token"`` the brokers take it instead of a token over TLS; the role
+        needs permissions granted by the super-user (``admin`` is the super-user).
+
+        Raises:
+            ConfigurationError: ``role`` is not a plain name.
+            BrokerNotRunningError: the cluster was never started with tls=True.
+            BrokerSetupError: ``cryptography`` is not installed.
+        """
+        check_role(role)
+        files = self.tls_files
+        if not files.exists():
+            raise BrokerNotRunningError(
+                f"no cluster CA in {files.directory}: start the cluster with tls=True (--tls)"
+            )
+        return files.client_certificate(role)
+
     # -- layout and state ----------------------------------------------------------------
 
     def _stored_layout(self) -> dict[str, Any] | None:
@@ -240,14 +308,18 @@ class LocalCluster:
         stored = self._stored_layout()
         layout = self.config.layout()
         if stored is not None:
-            if stored.get("layout") == layout:
-                return ClusterPorts.from_json(json.dumps(stored["ports"]))
+            if stored_layout(stored.get("layout")) == layout:
+                ports = ClusterPorts.from_json(json.dumps(stored["ports"]))
+                if ports.tls == self.config.tls:
+                    return ports
             if (self.data_dir / "data").exists():
                 raise ConfigurationError(
                     f"{self.data_dir} holds a cluster of {stored.get('layout')}, not {layout}: "
                     "start it fresh (--fresh) or use another data directory"
                 )
-        ports = ClusterPorts.pick(brokers=self.config.brokers, bookies=self.config.bookies)
+        ports = ClusterPorts.pick(
+            brokers=self.config.brokers, bookies=self.config.bookies, tls=self.config.tls
+        )
         self.data_dir.mkdir(parents=True, exist_ok=True)
         record = {"layout": layout, "ports": json.loads(ports.to_json())}
         self._layout_file.write_text(json.dumps(record, indent=2))
@@ -333,15 +405,18 @@ class LocalCluster:
         return ClusterProbe(cluster_name=name, token=token)
 
     def is_ready(self) -> bool:
-        """Every process runs, every broker is healthy and listed, public/default exists."""
+        """Every process runs, every broker is healthy, listed and (TLS) accepts TLS
+        connections, public/default exists."""
         procs = self.processes()
         if not procs or not all(procs.values()):
             return False
         ports = self._running_ports()
         probe = self.probe()
         urls = [b.admin_url for b in ports.brokers]
+        tls_ports = [p for b in ports.brokers for p in (b.service_tls, b.web_tls) if p is not None]
         return (
             all(probe.broker_healthy(url) for url in urls)
+            and all(probe.port_open(port) for port in tls_ports)
             and probe.brokers_listed(urls[0], [b.web for b in ports.brokers])
             and probe.ensure_default_namespace(urls[0])
         )
@@ -353,15 +428,17 @@ class LocalCluster:
 
         On a running cluster, processes that are down (a killed broker) are
         started again. ``fresh`` wipes the data, logs and token secret first;
-        refused while the cluster runs.
+        refused while the cluster runs. A TLS cluster's CA and certificates
+        (``tls/``) are made on the first start and kept, fresh or not.
 
         Raises:
             BrokerStartError: a process exited or a step was not ready in time
                 (every process started is stopped again).
             PortInUseError: one of the cluster's ports is taken.
             ConfigurationError: the data directory holds a cluster of another
-                shape (brokers, bookies, auth) and ``fresh`` is not set.
-            BrokerSetupError: no Java 17+, or the distribution cannot be obtained.
+                shape (brokers, bookies, auth, tls) and ``fresh`` is not set.
+            BrokerSetupError: no Java 17+, the distribution cannot be obtained,
+                or (tls) ``cryptography`` is not installed.
         """
         running = self.status()
         if running is not None:
@@ -369,7 +446,7 @@ class LocalCluster:
                 raise BrokerStartError(
                     f"a cluster runs on {self.data_dir}; stop it before starting fresh"
                 )
-            stored = (self._stored_layout() or {}).get("layout")
+            stored = stored_layout((self._stored_layout() or {}).get("layout"))
             if stored != self.config.layout():
                 log.warning("reusing the running cluster on %s (%s)", self.data_dir, stored)
             for process, pid in self.processes().items():
@@ -391,7 +468,8 @@ class LocalCluster:
         ports = self._ports()
         ports.check_free()
         authority = self._authority(create=True) if self.config.auth == "token" else None
-        self._files.render(ports, authority)
+        tls = self.tls_files.ensure() if self.config.tls else None
+        self._files.render(ports, authority, tls)
         info = ClusterInfo(
             cluster_name=self.config.cluster_name,
             service_urls=tuple(b.service_url for b in ports.brokers),
@@ -402,6 +480,9 @@ class LocalCluster:
             version=self.distribution.version,
             functions=self.config.functions,
             started_at=time.time(),
+            tls_service_urls=tuple(b.tls_service_url or "" for b in ports.brokers if tls),
+            tls_admin_urls=tuple(b.tls_admin_url or "" for b in ports.brokers if tls),
+            ca_file=str(tls.ca_file) if tls else None,
         )
         self._write_state(info, {})
         began = time.monotonic()
@@ -473,12 +554,20 @@ class LocalCluster:
 
     def _wait_broker(self, index: int, ports: ClusterPorts) -> None:
         probe = self.probe()
-        url = ports.brokers[index].admin_url
+        own = ports.brokers[index]
+        watch = ["zookeeper", f"broker-{index}"]
         self._wait(
             f"broker-{index} passes its health check",
-            lambda: probe.broker_healthy(url),
-            ["zookeeper", f"broker-{index}"],
+            lambda: probe.broker_healthy(own.admin_url),
+            watch,
         )
+        for port in (own.service_tls, own.web_tls):
+            if port is not None:
+                self._wait(
+                    f"broker-{index} accepts TLS connections on {port}",
+                    functools.partial(probe.port_open, port),
+                    watch,
+                )
 
     def _wait_cluster(self, ports: ClusterPorts) -> None:
         """Every running broker listed, public/default there, the workers up."""

@@ -2,8 +2,8 @@
 
 Pure: nothing here starts a process. :class:`ClusterConfig` is the validated
 shape of one cluster (how many brokers and bookies, authentication, the
-functions worker, heap sizes); :class:`ClusterPorts` its loopback ports, kept
-for the data directory's life; the ``*_settings`` functions give the settings
+functions worker, TLS, heap sizes); :class:`ClusterPorts` its loopback ports,
+kept for the data directory's life; the ``*_settings`` functions give the settings
 each process's copy of the distribution's config overrides (everything else
 stays Pulsar's), and the ``render_*`` functions write them into that copy.
 
@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from pulsar_state.deploy.cluster_tls import ClusterTls
 from pulsar_state.deploy.errors import PortInUseError
 from pulsar_state.deploy.standalone_config import (
     LOOPBACK,
@@ -34,6 +36,7 @@ from pulsar_state.errors import ConfigurationError
 
 __all__ = [
     "AUTH_MODES",
+    "TLS_PROVIDER",
     "BookiePorts",
     "BrokerPorts",
     "ClusterConfig",
@@ -43,11 +46,14 @@ __all__ = [
     "functions_worker_config",
     "merge_properties",
     "render_functions_worker_yml",
+    "stored_layout",
     "zookeeper_settings",
 ]
 
 #: ``auth`` values :class:`ClusterConfig` takes (``None``: no authentication)
 AUTH_MODES = ("token",)
+#: the broker's TLS client-certificate authentication (role = the certificate's CN)
+TLS_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProviderTls"
 MAX_BROKERS = 5
 MAX_BOOKIES = 3
 
@@ -72,6 +78,9 @@ class ClusterConfig:
         auth: ``None`` (no authentication) or ``"token"`` (JWT tokens signed
             with the cluster's secret; authorization on, super-user ``admin``).
         functions: run a functions worker inside each broker.
+        tls: each broker also serves TLS (``pulsar+ssl://``, ``https://``) with a
+            certificate of the cluster's own CA; with ``auth="token"`` a TLS
+            client certificate authenticates too (role = its common name).
         cluster_name: the Pulsar cluster's name.
         zookeeper_mem, bookie_mem, broker_mem: JVM memory flags per process kind.
         gc: JVM garbage collector flags (``PULSAR_GC``) of every process.
@@ -83,6 +92,7 @@ class ClusterConfig:
     bookies: int = 1
     auth: str | None = None
     functions: bool = False
+    tls: bool = False
     cluster_name: str = "local"
     zookeeper_mem: str = DEFAULT_ZOOKEEPER_MEM
     bookie_mem: str = DEFAULT_BOOKIE_MEM
@@ -98,6 +108,8 @@ class ClusterConfig:
             raise ConfigurationError(f"auth must be None or 'token', got {self.auth!r}")
         if not isinstance(self.functions, bool):
             raise TypeError(f"functions must be a bool, got {self.functions!r}")
+        if not isinstance(self.tls, bool):
+            raise TypeError(f"tls must be a bool, got {self.tls!r}")
         name = self.cluster_name
         if not isinstance(name, str) or not name or not name.replace("-", "").isalnum():
             raise ConfigurationError(f"cluster_name must be letters, digits and '-', got {name!r}")
@@ -119,8 +131,22 @@ class ClusterConfig:
             "brokers": self.brokers,
             "bookies": self.bookies,
             "auth": self.auth,
+            "tls": self.tls,
             "cluster_name": self.cluster_name,
         }
+
+
+#: layout keys added after the first data directories were made, and what they meant then
+_LAYOUT_ADDED = {"tls": False}
+
+
+def stored_layout(stored: object) -> dict[str, Any] | None:
+    """A layout read from ``layout.json``, with keys added since (``tls``) filled in
+    as they were before, to compare with :meth:`ClusterConfig.layout`; ``None``
+    when it is not a layout at all."""
+    if not isinstance(stored, Mapping):
+        return None
+    return {**_LAYOUT_ADDED, **stored}
 
 
 def _count(label: str, value: object, most: int) -> None:
@@ -135,10 +161,14 @@ def _count(label: str, value: object, most: int) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class BrokerPorts:
-    """One broker's ports: the binary protocol and HTTP (admin, lookups, the worker)."""
+    """One broker's ports: the binary protocol and HTTP (admin, lookups, the worker),
+    and with TLS the same over TLS (``None`` without; data directories made before
+    TLS have none)."""
 
     service: int
     web: int
+    service_tls: int | None = None
+    web_tls: int | None = None
 
     @property
     def service_url(self) -> str:
@@ -147,6 +177,19 @@ class BrokerPorts:
     @property
     def admin_url(self) -> str:
         return f"http://{LOOPBACK}:{self.web}"
+
+    @property
+    def tls(self) -> bool:
+        """Both TLS ports are there."""
+        return self.service_tls is not None and self.web_tls is not None
+
+    @property
+    def tls_service_url(self) -> str | None:
+        return None if self.service_tls is None else f"pulsar+ssl://{LOOPBACK}:{self.service_tls}"
+
+    @property
+    def tls_admin_url(self) -> str | None:
+        return None if self.web_tls is None else f"https://{LOOPBACK}:{self.web_tls}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,6 +212,11 @@ class ClusterPorts:
     def __post_init__(self) -> None:
         if not self.bookies or not self.brokers:
             raise ConfigurationError("a cluster needs a bookie and a broker")
+        for i, broker in enumerate(self.brokers):
+            if (broker.service_tls is None) != (broker.web_tls is None):
+                raise ConfigurationError(f"broker-{i} needs both TLS ports or neither")
+        if len({broker.tls for broker in self.brokers}) != 1:
+            raise ConfigurationError("every broker serves TLS or none does")
         ports = self.named()
         for purpose, port in ports:
             if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
@@ -183,21 +231,40 @@ class ClusterPorts:
             out += [(f"bookie-{i}", bookie.bookie), (f"bookie-{i} metrics", bookie.stats)]
         for i, broker in enumerate(self.brokers):
             out += [(f"broker-{i} service", broker.service), (f"broker-{i} web", broker.web)]
+            if broker.service_tls is not None and broker.web_tls is not None:
+                out += [
+                    (f"broker-{i} service TLS", broker.service_tls),
+                    (f"broker-{i} web TLS", broker.web_tls),
+                ]
         return out
 
+    @property
+    def tls(self) -> bool:
+        """The brokers serve TLS too."""
+        return self.brokers[0].tls
+
     @classmethod
-    def pick(cls, *, brokers: int, bookies: int) -> ClusterPorts:
-        """Ports that are free on loopback right now, all distinct."""
-        ports = iter(free_ports(2 + 2 * bookies + 2 * brokers))
+    def pick(cls, *, brokers: int, bookies: int, tls: bool = False) -> ClusterPorts:
+        """Ports that are free on loopback right now, all distinct (``tls``: with
+        each broker's two TLS ports)."""
+        per_broker = 4 if tls else 2
+        ports = iter(free_ports(2 + 2 * bookies + per_broker * brokers))
+
+        def broker() -> BrokerPorts:
+            service, web = next(ports), next(ports)
+            if not tls:
+                return BrokerPorts(service=service, web=web)
+            return BrokerPorts(
+                service=service, web=web, service_tls=next(ports), web_tls=next(ports)
+            )
+
         return cls(
             zookeeper=next(ports),
             zookeeper_metrics=next(ports),
             bookies=tuple(
                 BookiePorts(bookie=next(ports), stats=next(ports)) for _ in range(bookies)
             ),
-            brokers=tuple(
-                BrokerPorts(service=next(ports), web=next(ports)) for _ in range(brokers)
-            ),
+            brokers=tuple(broker() for _ in range(brokers)),
         )
 
     def to_json(self) -> str:
@@ -269,6 +336,7 @@ def broker_settings(
     ports: ClusterPorts,
     index: int,
     authority: TokenAuthority | None = None,
+    tls: ClusterTls | None = None,
 ) -> dict[str, str]:
     """``broker.conf`` overrides of broker ``index``.
 
@@ -276,7 +344,14 @@ def broker_settings(
     every ledger on every bookie, inactive topics kept (a state topic may have
     only readers), authentication when ``authority`` is given (the brokers'
     own client then authenticates as the super-user: brokers talk to each
-    other), and ``config.broker_settings`` last.
+    other), and ``config.broker_settings`` last. With ``config.tls`` the
+    broker also serves TLS on its TLS ports with ``tls``'s certificate, trusts
+    the cluster's CA, and under authentication takes a TLS client certificate
+    too; its plain ports stay (the brokers' own traffic and the launcher's
+    readiness checks use them).
+
+    Raises:
+        ConfigurationError: ``config.tls`` without TLS ports or without ``tls``.
     """
     own = ports.brokers[index]
     settings = {
@@ -297,10 +372,29 @@ def broker_settings(
         "managedLedgerNewEntriesCheckDelayInMillis": "0",
         "functionsWorkerEnabled": str(config.functions).lower(),
     }
+    if config.tls:
+        settings.update(_tls_settings(own, tls))
     if authority is not None:
         settings.update(authority.broker_settings())
+        if config.tls:
+            providers = settings["authenticationProviders"]
+            settings["authenticationProviders"] = f"{TLS_PROVIDER},{providers}"
     settings.update(config.broker_settings)
     return settings
+
+
+def _tls_settings(own: BrokerPorts, tls: ClusterTls | None) -> dict[str, str]:
+    if own.service_tls is None or own.web_tls is None:
+        raise ConfigurationError("a TLS cluster needs each broker's TLS ports")
+    if tls is None:
+        raise ConfigurationError("a TLS cluster needs its certificates")
+    return {
+        "brokerServicePortTls": str(own.service_tls),
+        "webServicePortTls": str(own.web_tls),
+        "tlsCertificateFilePath": str(tls.cert_file),
+        "tlsKeyFilePath": str(tls.key_file),
+        "tlsTrustCertsFilePath": str(tls.ca_file),
+    }
 
 
 def functions_worker_config(
@@ -320,7 +414,8 @@ def functions_worker_config(
     bookies (one replica per bookie), runs Python functions as processes (the
     launcher puts the interpreter's ``bin/`` first on ``PATH``) and keeps its
     downloads and logs under ``data_dir``. With ``authority`` it checks tokens
-    as its broker does; list-typed settings are YAML lists.
+    (and under TLS client certificates) as its broker does; list-typed
+    settings are YAML lists.
     """
     own = ports.brokers[index]
     worker = dict(template)
@@ -355,12 +450,11 @@ def functions_worker_config(
             ),
             "brokerClientAuthenticationParameters": f"token:{authority.superuser_token}",
         }
+        providers = ["org.apache.pulsar.broker.authentication.AuthenticationProviderToken"]
         worker.update(
             {
                 "authenticationEnabled": True,
-                "authenticationProviders": [
-                    "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
-                ],
+                "authenticationProviders": [TLS_PROVIDER, *providers] if config.tls else providers,
                 "authorizationEnabled": True,
                 "superUserRoles": [authority.superuser],
                 "properties": {"tokenSecretKey": f"data:;base64,{secret}"},

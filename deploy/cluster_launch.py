@@ -31,6 +31,7 @@ from pulsar_state.deploy.cluster_config import (
     render_functions_worker_yml,
     zookeeper_settings,
 )
+from pulsar_state.deploy.cluster_tls import ClusterTls
 from pulsar_state.deploy.distribution import PulsarDistribution, java_executable
 from pulsar_state.deploy.errors import BrokerStartError
 from pulsar_state.deploy.processes import launch, tail_lines
@@ -91,8 +92,14 @@ class ClusterFiles:
         """The log (the output) of ``process``."""
         return self.data_dir / "logs" / f"{process}.log"
 
-    def render(self, ports: ClusterPorts, authority: TokenAuthority | None) -> None:
-        """Write every process's config file from the distribution's templates."""
+    def render(
+        self,
+        ports: ClusterPorts,
+        authority: TokenAuthority | None,
+        tls: ClusterTls | None = None,
+    ) -> None:
+        """Write every process's config file from the distribution's templates
+        (``tls``: the certificates of a TLS cluster)."""
         (self.data_dir / "conf").mkdir(parents=True, exist_ok=True)
         (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
         templates = self.distribution.root / "conf"
@@ -107,7 +114,7 @@ class ClusterFiles:
         broker_template = (templates / "broker.conf").read_text()
         worker_template = yaml.safe_load((templates / "functions_worker.yml").read_text())
         for i in range(self.config.brokers):
-            settings = broker_settings(self.config, ports, i, authority)
+            settings = broker_settings(self.config, ports, i, authority, tls)
             self.conf(f"broker-{i}").write_text(merge_properties(broker_template, settings))
             if self.config.functions:
                 worker = functions_worker_config(
@@ -187,6 +194,13 @@ class ClusterFiles:
             "--broker-service-url",
             first.service_url,
         ]
+        if first.tls_admin_url and first.tls_service_url:
+            cmd += [
+                "--web-service-url-tls",
+                first.tls_admin_url,
+                "--broker-service-url-tls",
+                first.tls_service_url,
+            ]
         log_file = self.log_file("initialize-cluster-metadata")
         with open(log_file, "ab") as out:
             try:

@@ -1,5 +1,5 @@
-"""``pulsar-state cluster start|stop|status|kill-broker|start-broker|logs|token``: a
-local multi-broker cluster (:class:`~pulsar_state.deploy.cluster.LocalCluster`).
+"""``pulsar-state cluster start|stop|status|kill-broker|start-broker|logs|token|client-cert``:
+a local multi-broker cluster (:class:`~pulsar_state.deploy.cluster.LocalCluster`).
 
 ``status`` exits 1 when the cluster does not run, or a process of it is down or
 a broker does not answer. Out-of-range values (``--brokers 0``, ``--auth
@@ -72,6 +72,15 @@ def cluster() -> None:
     help="Run a functions worker inside each broker.",
 )
 @click.option(
+    "--tls",
+    is_flag=True,
+    help=(
+        "Each broker also serves TLS (pulsar+ssl://, https://) with a certificate of a "
+        "throwaway CA kept in DATA_DIR/tls; with --auth token a TLS client certificate "
+        "(see client-cert) authenticates too."
+    ),
+)
+@click.option(
     "--pulsar-version",
     default=DEFAULT_PULSAR_VERSION,
     show_default=True,
@@ -85,13 +94,16 @@ def start(
     bookies: int,
     auth: str,
     functions: bool,
+    tls: bool,
     pulsar_version: str,
     fresh: bool,
 ) -> None:
     """Start ZooKeeper, the bookies and the brokers; wait until the cluster is ready.
 
     Prints each broker's service and admin URL, one service URL naming every
-    broker, and with --auth token the file holding the super-user's token.
+    broker, with --tls the same over TLS and the CA file to trust, and with
+    --auth token the file holding the super-user's token. Changing --brokers,
+    --bookies, --auth or --tls of a data directory needs --fresh.
     """
     info = LocalCluster(
         data_dir=data_dir,
@@ -100,6 +112,7 @@ def start(
         bookies=bookies,
         auth=None if auth == "none" else auth,
         functions=functions,
+        tls=tls,
     ).start(fresh=fresh)
     click.echo(info.describe())
 
@@ -180,3 +193,23 @@ def token(data_dir: Path, role: str) -> None:
     c = LocalCluster(data_dir=data_dir)
     c.token(role)
     click.echo(f"token_file={c.token_path(role)}")
+
+
+@cluster.command("client-cert")
+@_data_dir_option
+@click.argument("role")
+def client_cert(data_dir: Path, role: str) -> None:
+    """Write a TLS client certificate for ROLE (its CN, signed by the cluster's CA) and
+    print its files (with --tls).
+
+    Under --auth token the brokers take it instead of a token over TLS: pass
+    --auth-plugin tls --auth-params as printed, and --tls-trust-cert-path CA_FILE.
+    The role gets only the permissions the super-user grants it ('admin' is the
+    super-user).
+    """
+    c = LocalCluster(data_dir=data_dir)
+    cert_file, key_file = c.client_certificate(role)
+    click.echo(f"cert_file={cert_file}")
+    click.echo(f"key_file={key_file}")
+    click.echo(f"ca_file={c.tls_files.ca_file}")
+    click.echo(f"auth_params=tlsCertFile:{cert_file},tlsKeyFile:{key_file}")

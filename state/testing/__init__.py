@@ -27,10 +27,10 @@ No pytest plugin is registered; a session fixture is a few lines::
 
 ``EmbeddedCluster`` starts a real multi-broker cluster instead
 (:class:`pulsar_state.deploy.cluster.LocalCluster`: one ZooKeeper, 1-3 bookies,
-1-5 brokers, optionally with token authentication), for tests of what only a
-cluster shows: a topic moving to another broker, a broker crash, redirects
-between brokers. It hands out each broker's URLs, the super-user's token, a
-client factory, and the faults::
+1-5 brokers, optionally with token authentication and TLS), for tests of what
+only a cluster shows: a topic moving to another broker, a broker crash,
+redirects between brokers. It hands out each broker's URLs, the super-user's
+token, a client factory, and the faults::
 
     from pulsar_state.testing import EmbeddedCluster
 
@@ -44,6 +44,11 @@ client factory, and the faults::
         admin_0, admin_1 = cluster.admin_urls  # broker 0's and broker 1's admin URL
         cluster.kill_broker(0)                 # SIGKILL; its topics move after ~30 s
         cluster.start_broker(0)                # back, healthy and listed
+
+With ``tls=True`` every broker also serves TLS: ``tls_service_url``,
+``tls_admin_urls`` and ``ca_file`` (the throwaway CA to trust), and under
+``auth="token"`` ``client_cert(role)`` gives a TLS client certificate that
+authenticates instead of a token.
 
 The first start needs the Pulsar distribution (fetched once with Maven into the
 user cache, as ``pulsar-state broker start`` does) and Java 17 or newer. Two
@@ -207,6 +212,8 @@ class EmbeddedCluster:
         bookies: bookies to run, 1..3.
         auth: ``None`` or ``"token"`` (JWT authentication and authorization).
         functions: run a functions worker inside each broker.
+        tls: each broker also serves TLS with a certificate of the cluster's own
+            CA; under ``auth="token"`` TLS client certificates authenticate too.
         fresh: start on empty data (a previous run's topics and tokens are gone).
         start_timeout_s: how long each step of the start may take.
         broker_settings: extra ``broker.conf`` settings of every broker.
@@ -224,6 +231,7 @@ class EmbeddedCluster:
         bookies: int = 1,
         auth: str | None = None,
         functions: bool = False,
+        tls: bool = False,
         fresh: bool = True,
         start_timeout_s: float = 240.0,
         broker_settings: dict[str, str] | None = None,
@@ -237,6 +245,7 @@ class EmbeddedCluster:
             bookies=bookies,
             auth=auth,
             functions=functions,
+            tls=tls,
             start_timeout_s=start_timeout_s,
             broker_settings=broker_settings,
         )
@@ -278,6 +287,37 @@ class EmbeddedCluster:
         """The super-user's token with ``auth="token"``, else ``None``."""
         return self.info.superuser_token
 
+    @property
+    def tls_service_urls(self) -> tuple[str, ...]:
+        """Each broker's ``pulsar+ssl://`` URL, broker 0 first; empty without TLS."""
+        return self.info.tls_service_urls
+
+    @property
+    def tls_admin_urls(self) -> tuple[str, ...]:
+        """Each broker's ``https://`` admin URL, broker 0 first; empty without TLS."""
+        return self.info.tls_admin_urls
+
+    @property
+    def tls_service_url(self) -> str | None:
+        """One ``pulsar+ssl://`` URL naming every broker; ``None`` without TLS."""
+        return self.info.tls_service_url
+
+    @property
+    def ca_file(self) -> str | None:
+        """The CA certificate to trust over TLS; ``None`` without TLS."""
+        return self.info.ca_file
+
+    def client_cert(self, role: str = "admin") -> tuple[str, str]:
+        """The TLS client certificate and key files of ``role`` (default: the
+        super-user), for ``AdminEndpoint(client_cert=...)`` or ``--auth-plugin tls``.
+
+        Raises:
+            ConfigurationError: ``role`` is not a plain name.
+            BrokerNotRunningError: the cluster does not use TLS.
+        """
+        cert, key = self.cluster.client_certificate(role)
+        return str(cert), str(key)
+
     def token(self, role: str) -> str:
         """A token for ``role`` (it has only the permissions granted to it).
 
@@ -287,10 +327,25 @@ class EmbeddedCluster:
         """
         return self.cluster.token(role)
 
-    def client(self, broker: int | None = None, **kwargs: Any) -> pulsar.Client:
+    def client(
+        self, broker: int | None = None, *, tls: bool = False, **kwargs: Any
+    ) -> pulsar.Client:
         """A ``pulsar.Client`` of broker ``broker`` (default: every broker),
-        authenticated as the super-user under auth; ``kwargs`` go to the client."""
-        url = self.service_url if broker is None else self.service_urls[broker]
+        authenticated as the super-user under auth; ``tls``: over ``pulsar+ssl://``,
+        trusting the cluster's CA; ``kwargs`` go to the client.
+
+        Raises:
+            BrokerNotRunningError: ``tls`` on a cluster without TLS.
+        """
+        if tls:
+            if self.tls_service_url is None or self.ca_file is None:
+                raise BrokerNotRunningError(
+                    "the cluster does not serve TLS: start it with tls=True"
+                )
+            url = self.tls_service_url if broker is None else self.tls_service_urls[broker]
+            kwargs.setdefault("tls_trust_certs_file_path", self.ca_file)
+        else:
+            url = self.service_url if broker is None else self.service_urls[broker]
         token = self.superuser_token
         if token is not None:
             kwargs.setdefault("authentication", pulsar.AuthenticationToken(token))

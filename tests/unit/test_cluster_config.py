@@ -83,6 +83,7 @@ def test_a_bad_shape_is_refused_at_construction(
 def test_the_defaults_are_two_brokers_one_bookie_no_auth_no_functions() -> None:
     config = ClusterConfig()
     assert (config.brokers, config.bookies, config.auth, config.functions) == (2, 1, None, False)
+    assert config.tls is False
     assert "UseG1GC" in config.gc
     assert all(
         "-Xmx" in mem for mem in (config.zookeeper_mem, config.bookie_mem, config.broker_mem)
@@ -91,6 +92,7 @@ def test_the_defaults_are_two_brokers_one_bookie_no_auth_no_functions() -> None:
         "brokers": 5,
         "bookies": 3,
         "auth": "token",
+        "tls": False,
         "cluster_name": "local",
     }
 
