@@ -4,7 +4,8 @@ Starts (or reuses) the standalone, shows it is ready, deploys the smoke Python
 function through the admin REST API, drives messages through it, then shows
 the state core: two managers and eight threads incrementing one counter
 without losing an increment, and an atomic multi-key write, then the packaged
-functions.
+functions, and last the word count on three ``pulsar-state worker`` processes,
+one of which is killed (its instance moves, the counts stay exact).
 
 ``--service-url`` and ``--admin-url`` run the same steps on an existing cluster
 instead (nothing is started or stopped), with the ``--auth-*`` and ``--tls-*``
@@ -25,6 +26,7 @@ import pulsar
 from pulsar_state.client_log import client_logger
 from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.deploy.demo_functions import functions_demo
+from pulsar_state.deploy.demo_workers import workers_demo
 from pulsar_state.deploy.function_ready import DeployedFunction
 from pulsar_state.deploy.narration import say, step
 from pulsar_state.deploy.rest_admin import PulsarAdminRest
@@ -247,4 +249,5 @@ def _steps(
     smoke_demo(service_url, admin_url, suffix, messages, logs_dir=logs_dir, auth=auth)
     _shared_state_demo(service_url, admin_url, suffix, auth)
     functions_demo(service_url, admin_url, suffix, logs_dir=logs_dir, auth=auth)
+    workers_demo(service_url, admin_url, suffix, logs_dir=logs_dir, auth=auth)
     step("done")

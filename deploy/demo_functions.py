@@ -2,8 +2,9 @@
 
 Deploys the word-count stateful function, the function metadata manager and
 the SQL sink from their config files through the admin REST API, drives a workload
-through them, runs three scheduler members that assign the registered
-functions' instances, and prints counters, records, table rows and assignments.
+through them and prints counters, records and table rows, then deletes them.
+(The demo's next step runs the word count on ``pulsar-state worker``
+processes: :mod:`.demo_workers`.)
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from pulsar_state.deploy.functions_deploy import FUNCTIONS, _config_dir, _entry
 from pulsar_state.deploy.narration import say, step
 from pulsar_state.deploy.rest_admin import PulsarAdminRest
 from pulsar_state.errors import PulsarStateError
-from pulsar_state.functions.scheduler_member import SchedulerMember
 from pulsar_state.map.pulsar_map import PulsarMap
 from pulsar_state.runtime.secrets import ADMIN_TOKEN_SECRET
 from pulsar_state.topic_names import full_topic_name
@@ -110,28 +110,6 @@ def _sink_demo(client: pulsar.Client, sink: DeployedFunction, topic: str, databa
             say(f"    {key:8} {value}")
     finally:
         backend.close()
-
-
-def _show_assignments(
-    scheduler: DeployedFunction, members: list[SchedulerMember], instances: int
-) -> None:
-    """Wait until ``instances`` are spread over ``members``; print who runs what."""
-    mine: dict[str, list[str]] = {}
-
-    def spread() -> bool:
-        mine.clear()
-        mine.update({m.member_id: m.assignments() for m in members})
-        return sum(map(len, mine.values())) == instances and all(mine.values())
-
-    scheduler.wait_for(
-        spread,
-        what=f"{instances} instances assigned over {len(members)} members",
-        timeout_s=60,
-        interval_s=0.3,
-        seen=lambda: f"assigned: {mine}",
-    )
-    for member_id, assigned in mine.items():
-        say(f"  {member_id}: {', '.join(assigned)}")
 
 
 def functions_demo(
@@ -247,43 +225,6 @@ def functions_demo(
 
         _sink_demo(client, sink, full_topic_name(f"sql-sink-input-{suffix}"), database)
 
-        assign_topic = full_topic_name(f"function-assignments-{suffix}")
-        scheduler = _deploy(
-            admin,
-            auth,
-            "scheduler.yaml",
-            suffix,
-            logs_dir,
-            metadataTopic=records_topic,
-            assignmentTopic=assign_topic,
-            membersTopic=full_topic_name(f"function-members-{suffix}"),
-            memberTtlSeconds=5,
-            adminUrl=admin_url,
-        )
-        deployed.append(scheduler)
-        heartbeats = full_topic_name(f"function-heartbeats-{suffix}")
-        say(
-            f"  running and subscribed: {scheduler.name} (2 instances); 3 workers heartbeat "
-            "to it, it schedules the metadata manager's records"
-        )
-        members = [
-            SchedulerMember(
-                client,
-                member_id=f"worker-{i}",
-                heartbeat_topic=heartbeats,
-                assignment_topic=assign_topic,
-                interval_s=1.0,
-            )
-            for i in range(3)
-        ]
-        try:
-            _show_assignments(scheduler, members, 5)
-            say("  worker-2 leaves:")
-            members.pop().close()
-            _show_assignments(scheduler, members, 5)
-        finally:
-            for m in members:
-                m.close()
     finally:
         for function in deployed:
             try:

@@ -24,7 +24,13 @@ again (a repeated create or versioned update then fails harmlessly). A record is
 current one is rejected as stale (and so is a redelivered one: versioned
 compare-and-set makes redelivery harmless). Config: ``parallelism`` (int >= 1),
 ``className`` (str), ``inputs`` (non-empty list of topics), ``output``
-(optional str), ``userConfig`` (optional object); others are refused.
+(optional str), ``userConfig`` (optional object), and what a worker needs to
+run it (:mod:`~pulsar_state.functions.function_spec`): ``py`` (optional: the
+code package, a ``.py`` file or ``.zip`` every worker can read),
+``processingGuarantees`` (``ATLEAST_ONCE`` by default, ``ATMOST_ONCE``,
+``EFFECTIVELY_ONCE``), ``retainOrdering`` (bool), ``subscriptionName`` (str),
+``subscriptionPosition`` (``Latest`` by default, or ``Earliest``); others are
+refused.
 
 Deploy with ``retainOrdering: true`` (one active instance, requests in order:
 the leader writes). Any instance of anything may read the records: a
@@ -46,9 +52,31 @@ from pulsar_state.functions.function_map import open_function_map
 from pulsar_state.map.pulsar_map import MapOp, PulsarMap
 from pulsar_state.runtime.instance_metrics import label_instance_metrics
 
-__all__ = ["FunctionMetadataManager", "RequestError", "validate_config", "validate_fqn"]
+__all__ = [
+    "GUARANTEES",
+    "POSITIONS",
+    "FunctionMetadataManager",
+    "RequestError",
+    "validate_config",
+    "validate_fqn",
+]
 
-_ALLOWED = {"parallelism", "className", "inputs", "output", "userConfig"}
+_ALLOWED = {
+    "parallelism",
+    "className",
+    "inputs",
+    "output",
+    "userConfig",
+    "py",
+    "processingGuarantees",
+    "retainOrdering",
+    "subscriptionName",
+    "subscriptionPosition",
+}
+#: the processing guarantees of Pulsar's ``FunctionConfig``
+GUARANTEES = ("ATLEAST_ONCE", "ATMOST_ONCE", "EFFECTIVELY_ONCE")
+#: where a new subscription starts (Pulsar's ``SubscriptionInitialPosition``)
+POSITIONS = ("Latest", "Earliest")
 
 
 class RequestError(ValueError):
@@ -82,6 +110,15 @@ def validate_config(config: Any) -> dict[str, Any]:
         raise RequestError("output must be a topic name")
     if "userConfig" in config and not isinstance(config["userConfig"], dict):
         raise RequestError("userConfig must be an object")
+    for key in ("py", "subscriptionName"):
+        if key in config and (not isinstance(config[key], str) or not config[key]):
+            raise RequestError(f"{key} must be a non-empty string")
+    if config.get("processingGuarantees", GUARANTEES[0]) not in GUARANTEES:
+        raise RequestError(f"processingGuarantees must be one of {', '.join(GUARANTEES)}")
+    if "retainOrdering" in config and not isinstance(config["retainOrdering"], bool):
+        raise RequestError("retainOrdering must be true or false")
+    if config.get("subscriptionPosition", POSITIONS[0]) not in POSITIONS:
+        raise RequestError(f"subscriptionPosition must be one of {', '.join(POSITIONS)}")
     return {**config, "parallelism": parallelism}
 
 

@@ -1,7 +1,7 @@
 """The ``pulsar-state`` command line: one group per concept, one option set, one exit-code table.
 
 Every command lives in this package (``map``, ``meta``, ``functions``,
-``serve``, ``sink``, ``broker``, ``cluster``, ``deploy``/``undeploy``/``package``,
+``serve``, ``sink``, ``worker``, ``broker``, ``cluster``, ``deploy``/``undeploy``/``package``,
 ``demo``); what they call stays in its concept's module. Options shared by
 the commands are in :mod:`.options`; the exit codes, and the one mapping of
 the project's errors to them, in :mod:`.exit_codes` (the ``main`` group runs
@@ -24,6 +24,7 @@ from pulsar_state.cli.functions import functions_group, serve
 from pulsar_state.cli.map import map_group
 from pulsar_state.cli.meta import meta_group
 from pulsar_state.cli.sink import sink
+from pulsar_state.cli.worker import worker
 from pulsar_state.client_log import set_client_log_level
 
 __all__ = ["main"]
@@ -58,3 +59,4 @@ main.add_command(map_group)
 main.add_command(meta_group)
 main.add_command(functions_group)
 main.add_command(serve)
+main.add_command(worker)

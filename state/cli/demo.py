@@ -39,7 +39,8 @@ def demo(
     admin_url: str | None,
     **auth_opts: object,
 ) -> None:
-    """Start the embedded broker, run a Python function and the shared state on it."""
+    """Start the embedded broker; run Python functions, the shared state and three
+    `pulsar-state worker` processes (one killed, its instance moved) on it."""
     if (service_url is None) != (admin_url is None):
         raise click.UsageError("give both --service-url and --admin-url, or neither")
     run_demo(

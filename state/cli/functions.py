@@ -1,4 +1,19 @@
-"""``pulsar-state functions querystate`` and ``pulsar-state serve``: function state from the shell.
+"""``pulsar-state functions ...``, ``pulsar-state serve``: functions and their state, from a shell.
+
+``create``, ``update``, ``delete``, ``get``, ``list`` and ``status`` manage the
+functions a group of ``pulsar-state worker`` processes runs, spelled as
+``pulsar-admin functions`` spells them (``--py``, ``--classname``,
+``--inputs``, ``--output``, ``--user-config``, ``--parallelism``,
+``--processing-guarantees``, ``--retain-ordering``, ``--subs-name``,
+``--subs-position``). Writes go through the group's metadata manager
+(:class:`~pulsar_state.functions.function_admin.FunctionAdmin`), which
+versions the records: ``update`` changes only the options given, on the
+version it read (``--expected-version`` pins another), and a record changed
+meanwhile is refused as stale (exit 1), as is a ``delete
+--expected-version`` of an old version. ``status`` prints, as ``pulsar-admin
+functions status`` does, each instance with the worker it is assigned to and
+whether that worker is alive (``running``). ``--group`` and
+``--functions-namespace`` name the group (as for ``pulsar-state worker``).
 
 ``querystate`` reads a function's state key, spelled like pulsar-admin's.
 
@@ -32,7 +47,7 @@ from typing import Any
 
 import click
 
-from pulsar_state.cli.exit_codes import EXIT_CODES_EPILOG
+from pulsar_state.cli.exit_codes import EXIT_CODES_EPILOG, NotFoundExit
 from pulsar_state.cli.options import (
     admin_endpoint,
     cluster_auth,
@@ -41,16 +56,21 @@ from pulsar_state.cli.options import (
     output_option,
     timeout_option,
 )
+from pulsar_state.cli.worker import group_options
 from pulsar_state.errors import NotFoundError
+from pulsar_state.functions.function_admin import FunctionAdmin
+from pulsar_state.functions.metadata_manager import GUARANTEES, POSITIONS
 from pulsar_state.functions.queryable_state import FunctionNotFoundError, FunctionStateReader
 from pulsar_state.functions.state_server import ROUTE_TEXT, FunctionStateServer
+from pulsar_state.functions.worker_config import WorkerTopics
 
 __all__ = ["functions_group", "serve"]
 
 
 @click.group("functions", epilog=EXIT_CODES_EPILOG)
 def functions_group() -> None:
-    """Read what Pulsar Functions keep in the shared state."""
+    """Manage the functions `pulsar-state worker` runs; read what functions keep in the
+    shared state."""
 
 
 @functions_group.command()
@@ -187,3 +207,245 @@ def serve(
                 pass
         finally:
             server.close()
+
+
+# -- the functions of a group of workers ---------------------------------------------------
+
+
+@contextlib.contextmanager
+def _function_admin(cluster: dict[str, Any], timeout: float) -> Iterator[FunctionAdmin]:
+    try:
+        topics = WorkerTopics.of(cluster.pop("group"), cluster.pop("functions_namespace"))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    with cluster_client(cluster["service_url"], timeout, cluster_auth(cluster)) as client:
+        yield FunctionAdmin(client, topics, timeout_s=timeout)
+
+
+def _function_options(fn: Any) -> Any:
+    """The function: ``--tenant``/``--namespace``/``--name`` or ``--fqfn``."""
+    for option in reversed(
+        (
+            click.option("--tenant", default="public", show_default=True, help="Its tenant."),
+            click.option("--namespace", default="default", show_default=True, help="Namespace."),
+            click.option("--name", help="The function's name."),
+            click.option("--fqfn", help="The function as tenant/namespace/name."),
+        )
+    ):
+        fn = option(fn)
+    return fn
+
+
+def _config_options(fn: Any) -> Any:
+    """What a record holds, spelled as ``pulsar-admin functions create`` spells it."""
+    for option in reversed(
+        (
+            click.option("--py", help="The code: a .py file or a .zip every worker can read."),
+            click.option("--classname", help="module.Class (or module.function) to run."),
+            click.option("--inputs", help="Input topics, comma-separated."),
+            click.option("--output", help="Output topic (what process returns goes there)."),
+            click.option("--user-config", help="User config, a JSON object."),
+            click.option("--parallelism", type=click.IntRange(min=1), help="Instances."),
+            click.option(
+                "--processing-guarantees",
+                type=click.Choice(GUARANTEES),
+                help="ATLEAST_ONCE by default.",
+            ),
+            click.option(
+                "--retain-ordering/--no-retain-ordering",
+                default=None,
+                help="One active consumer per input partition, in order (failover).",
+            ),
+            click.option("--subs-name", help="Subscription name [default: tenant/ns/name]."),
+            click.option(
+                "--subs-position", type=click.Choice(POSITIONS), help="Latest by default."
+            ),
+        )
+    ):
+        fn = option(fn)
+    return fn
+
+
+def _config(opts: dict[str, Any]) -> dict[str, Any]:
+    """The record config fields the options give (the others are left out)."""
+    config: dict[str, Any] = {}
+    if opts.get("user_config") is not None:
+        try:
+            config["userConfig"] = json.loads(opts["user_config"])
+        except ValueError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="--user-config") from exc
+    if opts.get("inputs") is not None:
+        config["inputs"] = [t.strip() for t in opts["inputs"].split(",") if t.strip()]
+    for option, key in (
+        ("py", "py"),
+        ("classname", "className"),
+        ("output", "output"),
+        ("parallelism", "parallelism"),
+        ("processing_guarantees", "processingGuarantees"),
+        ("retain_ordering", "retainOrdering"),
+        ("subs_name", "subscriptionName"),
+        ("subs_position", "subscriptionPosition"),
+    ):
+        if opts.get(option) is not None:
+            config[key] = opts[option]
+    return config
+
+
+def _fqn(opts: dict[str, Any]) -> str:
+    return "/".join(_function(opts["tenant"], opts["namespace"], opts["name"], opts["fqfn"]))
+
+
+def _echo(value: Any, fmt: str) -> None:
+    click.echo(json.dumps(value) if fmt == "json" else json.dumps(value, indent=2))
+
+
+_CONFIG_KEYS = (
+    "py",
+    "classname",
+    "inputs",
+    "output",
+    "user_config",
+    "parallelism",
+    "processing_guarantees",
+    "retain_ordering",
+    "subs_name",
+    "subs_position",
+)
+
+
+def _split_options(opts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the function and config options, the cluster options)."""
+    mine = {
+        k: opts.pop(k) for k in (*_CONFIG_KEYS, "tenant", "namespace", "name", "fqfn") if k in opts
+    }
+    return mine, opts
+
+
+@functions_group.command()
+@_function_options
+@_config_options
+@timeout_option
+@group_options
+@cluster_options
+def create(*, timeout: float, **opts: Any) -> None:
+    """Record a new function (version 0); the group's workers start its instances.
+    (--output is the output topic here, as in pulsar-admin; `get` prints the record.)"""
+    mine, cluster = _split_options(opts)
+    fqn = _fqn(mine)
+    with _function_admin(cluster, timeout) as admin:
+        record = admin.create(fqn, _config(mine))
+    click.echo(f"Created {fqn} (version {record['version']})")
+
+
+@functions_group.command()
+@_function_options
+@_config_options
+@click.option(
+    "--expected-version",
+    type=click.IntRange(min=0),
+    help="Refuse unless this is the current version [default: the version read].",
+)
+@timeout_option
+@group_options
+@cluster_options
+def update(*, expected_version: int | None, timeout: float, **opts: Any) -> None:
+    """Change the options given of a function's record; its instances restart with it."""
+    mine, cluster = _split_options(opts)
+    fqn = _fqn(mine)
+    with _function_admin(cluster, timeout) as admin:
+        current = admin.get(fqn)
+        if current is None:
+            raise NotFoundExit(f"function {fqn} not found")
+        version = current["version"] if expected_version is None else expected_version
+        record = admin.update(fqn, {**current["config"], **_config(mine)}, version)
+    click.echo(f"Updated {fqn} (version {record['version']})")
+
+
+@functions_group.command()
+@_function_options
+@click.option("--expected-version", type=click.IntRange(min=0), help="Only this version.")
+@timeout_option
+@group_options
+@cluster_options
+def delete(*, expected_version: int | None, timeout: float, **opts: Any) -> None:
+    """Delete a function's record; the group's workers stop its instances."""
+    mine, cluster = _split_options(opts)
+    fqn = _fqn(mine)
+    with _function_admin(cluster, timeout) as admin:
+        if admin.get(fqn) is None:
+            raise NotFoundExit(f"function {fqn} not found")
+        admin.delete(fqn, expected_version)
+    click.echo(f"Deleted {fqn}")
+
+
+@functions_group.command()
+@_function_options
+@timeout_option
+@output_option
+@group_options
+@cluster_options
+def get(*, timeout: float, fmt: str, **opts: Any) -> None:
+    """Print a function's record (its config and version)."""
+    mine, cluster = _split_options(opts)
+    fqn = _fqn(mine)
+    with _function_admin(cluster, timeout) as admin:
+        record = admin.get(fqn)
+    if record is None:
+        raise NotFoundExit(f"function {fqn} not found")
+    _echo(record, fmt)
+
+
+@functions_group.command("list")
+@click.option("--tenant", default=None, help="Only this tenant's functions.")
+@click.option("--namespace", default=None, help="Only this namespace's (with --tenant).")
+@timeout_option
+@output_option
+@group_options
+@cluster_options
+def list_functions(
+    *, tenant: str | None, namespace: str | None, timeout: float, fmt: str, **cluster: Any
+) -> None:
+    """Print the functions recorded, one fqn a line (--output json: a list)."""
+    if namespace and not tenant:
+        raise click.UsageError("--namespace needs --tenant")
+    with _function_admin(cluster, timeout) as admin:
+        names = admin.list_functions(tenant, namespace)
+    if fmt == "json":
+        click.echo(json.dumps(names))
+    else:
+        for name in names:
+            click.echo(name)
+
+
+@functions_group.command()
+@_function_options
+@timeout_option
+@output_option
+@group_options
+@cluster_options
+def status(*, timeout: float, fmt: str, **opts: Any) -> None:
+    """Print where each instance runs, as pulsar-admin's status: numInstances,
+    numRunning, instances (instanceId, status.running, status.workerId)."""
+    mine, cluster = _split_options(opts)
+    fqn = _fqn(mine)
+    with _function_admin(cluster, timeout) as admin:
+        record = admin.get(fqn)
+        if record is None:
+            raise NotFoundExit(f"function {fqn} not found")
+        placements = admin.status(fqn)
+    instances: list[dict[str, Any]] = [
+        {
+            "instanceId": int(p.instance.rpartition(":")[2]),
+            "status": {"running": p.worker_alive, "workerId": p.worker},
+        }
+        for p in placements
+    ]
+    _echo(
+        {
+            "version": record["version"],
+            "numInstances": record["config"]["parallelism"],
+            "numRunning": sum(1 for i in instances if i["status"]["running"]),
+            "instances": instances,
+        },
+        fmt,
+    )

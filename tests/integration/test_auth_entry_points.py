@@ -20,12 +20,13 @@ from pathlib import Path
 import pulsar
 import pytest
 import yaml
-from harness import session_data_dir, unique_topic
+from harness import session_data_dir, unique_name, unique_topic
 from postgres_server import sql_rows
 
 from pulsar_state import PulsarMap
 from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.deploy.demo import _shared_state_demo
+from pulsar_state.deploy.demo_workers import workers_demo
 from pulsar_state.deploy.standalone import StandaloneBroker
 from pulsar_state.deploy.token_auth import TokenAuthority
 
@@ -162,3 +163,21 @@ def test_the_demo_shared_state_step_runs_with_auth(secured: Secured) -> None:
         "auth",
         ClusterAuth(auth_token=secured.token),
     )
+
+
+# three worker processes, a kill and a move, on a 2-core host
+@pytest.mark.timeout(600)
+def test_the_demo_workers_step_runs_with_auth(
+    secured: Secured, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The ``pulsar-state worker`` processes get the demo's token in their environment
+    (not on their command line); the word count's state topic is protected by the demo."""
+    workers_demo(
+        secured.service_url,
+        secured.admin_url,
+        unique_name("auth")[-12:],
+        auth=ClusterAuth(auth_token=secured.token),
+    )
+    out = capsys.readouterr().out
+    assert out.count("exact=True") == 2, out
+    assert out.count(" exit 0") == 2, out  # both survivors stopped cleanly on SIGTERM

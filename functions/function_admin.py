@@ -1,0 +1,172 @@
+"""The client side of a worker group: :class:`FunctionAdmin`, what ``pulsar-state functions`` uses.
+
+Writes go **through the metadata manager** the group's workers run
+(:class:`~pulsar_state.functions.metadata_manager.FunctionMetadataManager`):
+a request with a fresh ``requestId`` on the requests topic, and its answer
+read from the answers topic (a reader placed at the end *before* the request
+is sent, so the answer cannot be missed). The manager checks the config and
+the version: an update or delete with an ``expectedVersion`` that is not the
+current one is refused as stale, as Pulsar's worker refuses it.
+
+Reads need no worker: the records, the assignment and the members are
+``PulsarMap`` s on the group's topics, read here directly
+(:meth:`FunctionAdmin.list_functions`, :meth:`FunctionAdmin.status`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pulsar
+
+from pulsar_state.config import StateConfig
+from pulsar_state.errors import OperationTimeoutError, PulsarStateError
+from pulsar_state.functions.worker_config import WorkerTopics
+from pulsar_state.map.pulsar_map import PulsarMap
+
+__all__ = ["FunctionAdmin", "FunctionRequestError", "InstancePlacement"]
+
+
+class FunctionRequestError(PulsarStateError):
+    """The metadata manager refused a request (bad config, not found, a stale version)."""
+
+
+@dataclass(frozen=True)
+class InstancePlacement:
+    """Where one instance of a function is assigned, and whether that worker is alive."""
+
+    instance: str
+    worker: str | None
+    worker_alive: bool
+
+
+def _alive(record: Any, now_ms: int) -> bool:
+    if not isinstance(record, dict) or record.get("left"):
+        return False
+    expires = record.get("expires")
+    return isinstance(expires, int) and expires >= now_ms
+
+
+class FunctionAdmin:
+    """Create, update, delete, get, list and place the functions of a worker group."""
+
+    def __init__(self, client: pulsar.Client, topics: WorkerTopics, *, timeout_s: float = 30.0):
+        self._client = client
+        self.topics = topics
+        self.timeout_s = timeout_s
+
+    # -- writes, through the metadata manager -----------------------------------------------
+
+    def request(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Send one request to the metadata manager; its answer when ``ok``.
+
+        Raises:
+            FunctionRequestError: the manager refused it (its reason).
+            OperationTimeoutError: no answer within ``timeout_s`` (no worker runs?).
+        """
+        request_id = uuid.uuid4().hex
+        reader = self._client.create_reader(self.topics.answers, pulsar.MessageId.latest)
+        producer = self._client.create_producer(self.topics.requests)
+        try:
+            producer.send(json.dumps({**request, "requestId": request_id}).encode())
+            deadline = time.monotonic() + self.timeout_s
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    message = reader.read_next(timeout_millis=max(1, int(left * 1000)))
+                except pulsar.Timeout:
+                    break
+                try:
+                    answer = json.loads(message.data())
+                except ValueError:
+                    continue
+                if isinstance(answer, dict) and answer.get("requestId") == request_id:
+                    if not answer.get("ok"):
+                        raise FunctionRequestError(str(answer.get("error")))
+                    return answer
+        finally:
+            producer.close()
+            reader.close()
+        raise OperationTimeoutError(
+            f"no answer from the metadata manager on {self.topics.requests} within "
+            f"{self.timeout_s:.0f} s: is a `pulsar-state worker` of this group running?"
+        )
+
+    def create(self, fqn: str, config: dict[str, Any]) -> dict[str, Any]:
+        """Record a new function; its record (version 0).
+
+        Raises:
+            FunctionRequestError: it exists, or the config is refused.
+            OperationTimeoutError: no answer.
+        """
+        return dict(self.request({"op": "create", "fqn": fqn, "config": config})["record"])
+
+    def update(
+        self, fqn: str, config: dict[str, Any], expected_version: int | None = None
+    ) -> dict[str, Any]:
+        """Replace a function's config; its new record. With ``expected_version``,
+        refused unless that is the current version (a stale update).
+
+        Raises:
+            FunctionRequestError: not found, stale, or the config is refused.
+            OperationTimeoutError: no answer.
+        """
+        request: dict[str, Any] = {"op": "update", "fqn": fqn, "config": config}
+        if expected_version is not None:
+            request["expectedVersion"] = expected_version
+        return dict(self.request(request)["record"])
+
+    def delete(self, fqn: str, expected_version: int | None = None) -> dict[str, Any]:
+        """Delete a function's record; the record it was.
+
+        Raises:
+            FunctionRequestError: not found, or stale.
+            OperationTimeoutError: no answer.
+        """
+        request: dict[str, Any] = {"op": "delete", "fqn": fqn}
+        if expected_version is not None:
+            request["expectedVersion"] = expected_version
+        return dict(self.request(request)["record"])
+
+    # -- reads, from the maps -------------------------------------------------------------------
+
+    def _read(self, topic: str) -> dict[str, Any]:
+        with PulsarMap[str, Any](
+            self._client, topic, config=StateConfig(ensure_retention=False)
+        ) as state:
+            return dict(state.items(latest=True).result(timeout=self.timeout_s))
+
+    def get(self, fqn: str) -> dict[str, Any] | None:
+        """A function's record, ``None`` when there is none."""
+        record = self._read(self.topics.metadata).get(fqn)
+        return dict(record) if isinstance(record, dict) else None
+
+    def list_functions(self, tenant: str | None = None, namespace: str | None = None) -> list[str]:
+        """The functions recorded (their fqn), sorted; of one tenant or namespace if given."""
+        prefix = "/".join(p for p in (tenant, namespace if tenant else None) if p)
+        names = sorted(self._read(self.topics.metadata))
+        return [n for n in names if not prefix or n.startswith(prefix + "/")]
+
+    def members(self) -> list[str]:
+        """The live workers of the group (heard from within their TTL, not left), sorted."""
+        now = int(time.time() * 1000)
+        return sorted(m for m, r in self._read(self.topics.members).items() if _alive(r, now))
+
+    def status(self, fqn: str) -> list[InstancePlacement]:
+        """Each instance of ``fqn`` now assigned: its worker, and whether it is alive."""
+        assignments = self._read(self.topics.assignments)
+        members = self._read(self.topics.members)
+        now = int(time.time() * 1000)
+        return [
+            InstancePlacement(instance, worker, _alive(members.get(worker), now))
+            for instance, worker in sorted(assignments.items(), key=lambda kv: _index(kv[0]))
+            if instance.rpartition(":")[0] == fqn
+        ]
+
+
+def _index(instance: str) -> tuple[str, int]:
+    fqn, _, index = instance.rpartition(":")
+    return fqn, int(index) if index.isdigit() else -1
