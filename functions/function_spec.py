@@ -16,12 +16,16 @@ the stateful kit needs), a shared one otherwise.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pulsar_state.functions.metadata_manager import validate_config, validate_fqn
 
 __all__ = ["FunctionSpec"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,8 @@ class FunctionSpec:
     retain_ordering: bool = False
     subscription_name: str | None = None
     subscription_position: str = "Latest"
+    #: secret name -> the environment variable of the worker holding its value
+    secrets: dict[str, str] = field(default_factory=dict)
     #: the record's version (an update restarts the instances)
     version: int = 0
 
@@ -64,8 +70,33 @@ class FunctionSpec:
             retain_ordering=bool(config.get("retainOrdering", False)),
             subscription_name=config.get("subscriptionName"),
             subscription_position=config.get("subscriptionPosition", "Latest"),
+            secrets=dict(config.get("secrets") or {}),
             version=version,
         )
+
+    def resolve_secrets(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """The secrets' values from the worker's environment (``context.get_secret``).
+
+        The records name an environment variable per secret, never the value, so
+        tokens stay off the metadata topic; a variable the worker lacks leaves its
+        secret out (``get_secret`` gives ``None``) and is logged.
+
+        Returns:
+            secret name -> value, for each secret whose variable is set.
+        """
+        found: dict[str, str] = {}
+        for name, variable in sorted(self.secrets.items()):
+            value = environ.get(variable)
+            if value is None:
+                log.warning(
+                    "%s: secret %s: the worker has no environment variable %s",
+                    self.fqn,
+                    name,
+                    variable,
+                )
+            else:
+                found[name] = value
+        return found
 
     @property
     def tenant(self) -> str:

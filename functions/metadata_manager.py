@@ -29,8 +29,9 @@ run it (:mod:`~pulsar_state.functions.function_spec`): ``py`` (optional: the
 code package, a ``.py`` file or ``.zip`` every worker can read),
 ``processingGuarantees`` (``ATLEAST_ONCE`` by default, ``ATMOST_ONCE``,
 ``EFFECTIVELY_ONCE``), ``retainOrdering`` (bool), ``subscriptionName`` (str),
-``subscriptionPosition`` (``Latest`` by default, or ``Earliest``); others are
-refused.
+``subscriptionPosition`` (``Latest`` by default, or ``Earliest``), ``secrets``
+(an object: secret name -> the name of an environment variable of the worker
+that holds its value; the values never enter the records); others are refused.
 
 Deploy with ``retainOrdering: true`` (one active instance, requests in order:
 the leader writes). Any instance of anything may read the records: a
@@ -40,6 +41,7 @@ the leader writes). Any instance of anything may read the records: a
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -72,7 +74,10 @@ _ALLOWED = {
     "retainOrdering",
     "subscriptionName",
     "subscriptionPosition",
+    "secrets",
 }
+#: an environment variable's name (a secret's value is read from one on the worker)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: the processing guarantees of Pulsar's ``FunctionConfig``
 GUARANTEES = ("ATLEAST_ONCE", "ATMOST_ONCE", "EFFECTIVELY_ONCE")
 #: where a new subscription starts (Pulsar's ``SubscriptionInitialPosition``)
@@ -119,6 +124,15 @@ def validate_config(config: Any) -> dict[str, Any]:
         raise RequestError("retainOrdering must be true or false")
     if config.get("subscriptionPosition", POSITIONS[0]) not in POSITIONS:
         raise RequestError(f"subscriptionPosition must be one of {', '.join(POSITIONS)}")
+    secrets = config.get("secrets", {})
+    if not isinstance(secrets, dict) or not all(
+        isinstance(name, str) and name and isinstance(env, str) and _ENV_NAME.match(env)
+        for name, env in secrets.items()
+    ):
+        raise RequestError(
+            "secrets must map each secret's name to the name of an environment variable "
+            "of the workers that holds its value (the value itself is never stored)"
+        )
     return {**config, "parallelism": parallelism}
 
 

@@ -32,6 +32,7 @@ instances move at once); one that dies moves them after the TTL.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import tempfile
 import threading
@@ -257,7 +258,13 @@ class FunctionWorker:
 
     def _runner(self, spec: FunctionSpec, index: int) -> FunctionInstance:
         assert self._client is not None
-        return FunctionInstance(spec, index, self._client, work_dir=self._work_dir)
+        return FunctionInstance(
+            spec,
+            index,
+            self._client,
+            work_dir=self._work_dir,
+            secrets=spec.resolve_secrets(os.environ),
+        )
 
     def status(self) -> list[InstanceStatus]:
         """The instances this worker runs (or restarts), by id."""

@@ -245,6 +245,11 @@ def _config_options(fn: Any) -> Any:
             click.option("--inputs", help="Input topics, comma-separated."),
             click.option("--output", help="Output topic (what process returns goes there)."),
             click.option("--user-config", help="User config, a JSON object."),
+            click.option(
+                "--secrets",
+                help="Secrets, a JSON object: name -> an environment variable of the "
+                "workers holding the value (the value is never stored).",
+            ),
             click.option("--parallelism", type=click.IntRange(min=1), help="Instances."),
             click.option(
                 "--processing-guarantees",
@@ -274,6 +279,11 @@ def _config(opts: dict[str, Any]) -> dict[str, Any]:
             config["userConfig"] = json.loads(opts["user_config"])
         except ValueError as exc:
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--user-config") from exc
+    if opts.get("secrets") is not None:
+        try:
+            config["secrets"] = json.loads(opts["secrets"])
+        except ValueError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="--secrets") from exc
     if opts.get("inputs") is not None:
         config["inputs"] = [t.strip() for t in opts["inputs"].split(",") if t.strip()]
     for option, key in (
@@ -305,6 +315,7 @@ _CONFIG_KEYS = (
     "inputs",
     "output",
     "user_config",
+    "secrets",
     "parallelism",
     "processing_guarantees",
     "retain_ordering",
