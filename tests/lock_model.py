@@ -133,8 +133,16 @@ def check_lock_ownership(
                 if not candidates:
                     continue
                 t = rng.choice(candidates)
+                again, was_lost = t.lock.released, t.lock.lost.done()
                 t.lock.release().result(T)
-                assert t.lock.lost.done() and not t.lock.held
+                assert t.lock.released and not t.lock.held
+                # lost only if its node was gone or another's when first released:
+                # a release is no loss, nor is a second one
+                lost = was_lost if again else before != t.node
+                assert t.lock.lost.done() == lost, (
+                    f"step {step}: released (again: {again}) with the node {before} "
+                    f"(its own: {t.node}), lost {t.lock.lost.done()}"
+                )
                 after = node_of(path)
                 if before == t.node:
                     assert after is None, f"step {step}: the owner's release left {after}"

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Protocol
 
@@ -33,10 +32,17 @@ from pulsar_state import (
     OperationTimeoutError,
     ResourceBusyError,
 )
+from pulsar_state.config import StateConfig
 from pulsar_state.coordination import LockEvent
+from pulsar_state.core.log.format import MESSAGE_OVERHEAD_BYTES
+from pulsar_state.errors import TooManyOpsError, ValueTooLargeError
 from pulsar_state.metadata.tree import SessionEvent
 
-StoreFactory = Callable[[], BaseMetadataStore]
+
+class StoreFactory(Protocol):
+    def __call__(self, config: StateConfig | None = None) -> BaseMetadataStore:
+        """Another store (session) on the same tree; ``config``: its write limits."""
+        ...
 
 
 class SessionFaults(Protocol):
@@ -209,7 +215,8 @@ def test_locks(stores: StoreFactory, base: str) -> None:
     wait_until(lambda: b.read_lock(p).result(T) == {"owner": "a"}, timeout_s=T)
     assert b.list_locks(f"{base}/locks").result(T) == ["job-1"]
     lock.release().result(T)
-    assert lock.lost.done()
+    assert lock.released and not lock.held
+    assert not lock.lost.done()  # released, not lost
     second = b.acquire_lock(p, {"owner": "b"}).result(T)
     assert second.fencing_token > lock.fencing_token
     second.release().result(T)
@@ -251,7 +258,7 @@ def test_a_blocking_lock_waits_its_turn_within_its_timeout(stores: StoreFactory,
                 t.start()
             time.sleep(0.3)
             assert inside == []  # all wait while the first holds it
-        assert first.lost.done()
+        assert first.released and not first.lost.done()  # the with block released it
         for t in waiters:
             t.join(6 * T)
             assert not t.is_alive()
@@ -379,6 +386,60 @@ def test_a_stale_release_leaves_the_new_holders_lock(stores: StoreFactory, base:
     b.close()
 
 
+def test_a_released_lock_is_not_lost(stores: StoreFactory, base: str) -> None:
+    """PIP-45's lock-expired future, named ``lost`` here, completes when the lock
+    is lost, never on the holder's own release: not when the release's delete
+    lands, not when its notification comes back, not on a second release."""
+    a_store, b_store = stores(), stores()
+    a = CoordinationService[str](a_store)
+    b = CoordinationService[str](b_store)
+    p = f"{base}/locks/released"
+    lock = a.acquire_lock(p, "a").result(T)
+    events: list[LockEvent] = []
+    lock.add_listener(events.append)
+    assert not lock.released
+    lock.release().result(T)
+    assert lock.released and not lock.held and not lock.active
+    _drain(a_store, b_store, base)  # a has heard its own delete
+    assert not lock.lost.done() and events == []
+    assert lock.release().result(T) is None  # again: nothing to do, still not lost
+    assert not lock.lost.done()
+    with a.lock(p, "a2", timeout_s=T) as second:
+        assert second.held
+    assert second.released and not second.lost.done()
+    leader = b.become_leader(p, "b").result(T)
+    leader.release().result(T)
+    _drain(a_store, b_store, base)
+    assert not lock.lost.done() and not second.lost.done() and not leader.lost.done()
+    assert events == []
+    a.close()
+    b.close()
+
+
+def test_a_release_that_finds_the_lock_taken_reports_the_loss(
+    stores: StoreFactory, base: str
+) -> None:
+    """A holder whose node was deleted behind its back, or taken, learns it at
+    the latest when it releases: ``lost`` completes (its release does nothing)."""
+    a_store, b_store, operator = stores(), stores(), stores()
+    gate = threading.Event()
+    a_store.register_listener(lambda _note: gate.wait(T))  # a hears nothing meanwhile
+    a = CoordinationService[str](a_store)
+    b = CoordinationService[str](b_store)
+    p = f"{base}/locks/taken-before-release"
+    stale = a.acquire_lock(p, "a").result(T)
+    operator.delete(p).result(T)
+    current = b.acquire_lock(p, "b").result(T)
+    assert stale.release().result(T) is None  # finds b's node: deletes nothing
+    assert stale.lost.done() and not stale.held
+    gate.set()
+    assert current.owns(b_store.get(p, latest=True).result(T))
+    current.release().result(T)
+    assert not current.lost.done()
+    a.close()
+    b.close()
+
+
 def test_leader_loses_when_its_node_is_deleted_and_recreated(
     stores: StoreFactory, base: str
 ) -> None:
@@ -472,6 +533,69 @@ def test_delete_recursive_bad_input(stores: StoreFactory, path: str) -> None:
     s = stores()
     with pytest.raises(ValueError):
         s.delete_recursive(path)
+
+
+def _tombstone_bytes(paths: list[str]) -> int:
+    """What deleting ``paths`` costs of one write, as the core counts it."""
+    return sum(len(p) + MESSAGE_OVERHEAD_BYTES for p in paths)
+
+
+def test_delete_recursive_over_max_write_bytes_is_refused_and_deletes_nothing(
+    stores: StoreFactory, base: str
+) -> None:
+    """A recursive delete is one atomic write: one that one write cannot hold is
+    a clear error before anything is written, on every store alike."""
+    s = stores(StateConfig(max_write_bytes=2048))
+    root = f"{base}/big"
+    paths: list[str] = []
+    while _tombstone_bytes(paths) <= 2048:
+        paths.append(f"{root}/n{len(paths):02d}")
+    for p in paths:
+        s.put(p, b"x").result(T)
+    _drain(s, s, base)  # the creations heard: what is heard from now on is news
+    heard: list[Notification] = []
+    s.register_listener(heard.append, prefix=root)
+    with pytest.raises(ValueTooLargeError) as refused:
+        s.delete_recursive(root).result(T)
+    assert not isinstance(refused.value, TooManyOpsError)
+    message = str(refused.value)
+    assert f"delete_recursive('{root}') of {len(paths)} nodes" in message, message
+    assert "max_write_bytes=2048" in message and "nothing was deleted" in message, message
+    assert (refused.value.size, refused.value.limit) == (_tombstone_bytes(paths), 2048)
+    assert s.get_children(root, latest=True).result(T) == [p.rsplit("/", 1)[1] for p in paths]
+    s.delete(paths[-1]).result(T)
+    wait_until(lambda: len(heard) >= 1, timeout_s=T, message="the single delete heard")
+    assert heard[0] == Notification(NotificationType.DELETED, paths[-1]), heard
+    assert s.delete_recursive(root).result(T) == paths[:-1]  # one less fits
+    assert s.get_children(root, latest=True).result(T) == []
+
+
+def test_a_write_over_max_write_bytes_is_refused_on_every_store(
+    stores: StoreFactory, base: str
+) -> None:
+    s = stores(StateConfig(max_write_bytes=2048))
+    with pytest.raises(ValueTooLargeError):
+        s.put(f"{base}/huge", b"x" * 2048).result(T)
+    assert not s.exists(f"{base}/huge", latest=True).result(T)
+    s.put(f"{base}/small", b"x" * 100).result(T)
+
+
+def test_delete_recursive_over_max_ops_per_write_is_refused_and_deletes_nothing(
+    stores: StoreFactory, base: str
+) -> None:
+    s = stores(StateConfig(max_ops_per_write=5))
+    root = f"{base}/many"
+    for i in range(6):
+        s.put(f"{root}/n{i}", b"").result(T)
+    with pytest.raises(TooManyOpsError) as refused:
+        s.delete_recursive(root).result(T)
+    message = str(refused.value)
+    assert f"delete_recursive('{root}') of 6 nodes" in message, message
+    assert "max_ops_per_write=5" in message and "nothing was deleted" in message, message
+    assert (refused.value.count, refused.value.limit) == (6, 5)
+    assert len(s.get_children(root, latest=True).result(T)) == 6
+    s.delete(f"{root}/n0").result(T)
+    assert len(s.delete_recursive(root).result(T)) == 5
 
 
 def test_listeners_per_prefix(stores: StoreFactory, base: str) -> None:

@@ -131,11 +131,13 @@ class AsyncCoordinationService(Generic[T]):
         return await wrap(self.sync.get_next_counter_value(path))
 
     async def release(self, lock: ResourceLock[T]) -> None:
-        """Release ``lock`` (:meth:`ResourceLock.release`, awaited).
+        """Release ``lock`` (:meth:`ResourceLock.release`, awaited): ``lock.released``
+        from the call on; ``lock.lost`` completes only if the lock had been lost.
 
         Raises:
-            StateClosedError: once the store is closed (``lock.lost`` completes
-                all the same).
+            StateClosedError: once the store is closed (its close ended the
+                lock: ``lock.lost`` completes when the service hears of it,
+                unless the lock was released first).
             WriteFailedError, FencedError, PermissionDeniedError: as the store's
                 write fails.
         """

@@ -241,8 +241,9 @@ class AsyncPulsarMap(Generic[K, V]):
         """
         return await wrap(self.sync.delete(key))
 
-    async def replace(self, key: K, expected: V, value: V) -> bool:
-        """Set ``key`` only if it equals ``expected`` (:meth:`PulsarMap.replace`, awaited).
+    async def replace(self, key: K, expected: V | None, value: V) -> bool:
+        """Set ``key`` only if its value is ``expected`` (:meth:`PulsarMap.replace`,
+        awaited): ``expected=None`` means only if absent (PIP-137's put-if-absent).
 
         Returns:
             ``True`` if it was set.
@@ -297,7 +298,9 @@ class AsyncPulsarMap(Generic[K, V]):
             How many keys were deleted.
 
         Raises:
-            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
+            TooManyOpsError, ValueTooLargeError: for a map one write cannot
+                clear (nothing is deleted), as :meth:`PulsarMap.clear`.
+            WriteFailedError, FencedError,
                 PermissionDeniedError, StateClosedError, ForkedProcessError: as
                 :meth:`PulsarMap.clear` and its future fail, raised by the await.
             RuntimeError: if the map was never opened (use :meth:`open` or ``async with``).

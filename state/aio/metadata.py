@@ -99,7 +99,10 @@ class AsyncMetadataStore:
 
         Raises:
             TypeError, ValueError: for ``/`` or a path that is not a valid metadata path.
-            StateClosedError, ValueTooLargeError, WriteFailedError, FencedError,
+            TooManyOpsError, ValueTooLargeError: for a subtree one write cannot
+                delete (nothing is deleted), as
+                :meth:`BaseMetadataStore.delete_recursive`.
+            StateClosedError, WriteFailedError, FencedError,
                 PermissionDeniedError, ForkedProcessError: as
                 :meth:`BaseMetadataStore.delete_recursive` and its future fail, raised by the await.
         """

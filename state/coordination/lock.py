@@ -37,7 +37,15 @@ class LockEvent(Enum):
 
 
 class ResourceLock(Generic[T]):
-    """A held lock. ``lost`` completes when it is no longer held (released or taken).
+    """A held lock. ``lost`` completes when the lock is lost, never on its release.
+
+    ``lost`` stands for PIP-45's lock-expired future (Pulsar's Java lock also
+    completes that one on release; this one does not): it completes once the lock is
+    taken, its node deleted by anyone but this lock's :meth:`release` (an
+    operator, the expiry of its session, the store's close), or not re-creatable
+    after a session loss; and when :meth:`release` finds the node already gone or
+    another's (the loss was not heard of yet). A release that deletes the lock's
+    own node leaves ``lost`` pending for good: ``released`` tells that end.
 
     Its identity is ``(path, owner, fencing_token)``: the session that made the
     node and the token of that write. Release and loss detection compare both
@@ -63,8 +71,12 @@ class ResourceLock(Generic[T]):
         self.owner = owner
         self.lost: Future[None] = Future()
         self._listeners: list[Callable[[LockEvent], None]] = []
-        self._mutex = threading.Lock()  # a check and a revalidation, one at a time
+        # a check, a revalidation and a release, one at a time (re-entrant: a
+        # listener called under it may release the lock)
+        self._mutex = threading.RLock()
         self._suspended = False  # between SESSION_LOST and the revalidation
+        self._released = False  # release() was called: given up, never a loss
+        self._releasing: Future[None] | None = None  # the last release's delete
         self._revalidate = False  # the node went away while the session was unhealthy
         # the store's session losses when the node was made: a loss heard later
         # but counted before (a stale event) does not concern this node
@@ -83,15 +95,23 @@ class ResourceLock(Generic[T]):
 
     @property
     def active(self) -> bool:
-        """Neither lost nor suspended (the service's own view; ``held`` also asks
-        the store's session lease)."""
-        return not self.lost.done() and not self._suspended
+        """Neither lost, released nor suspended (the service's own view; ``held``
+        also asks the store's session lease)."""
+        return not self.lost.done() and not self._released and not self._suspended
+
+    @property
+    def released(self) -> bool:
+        """True once :meth:`release` was called: the holder gave the lock up
+        (``held`` is False from the call on; ``lost`` completes only if the
+        release found the lock lost already)."""
+        return self._released
 
     @property
     def suspended(self) -> bool:
-        """True from the session's loss until the lock is revalidated (or lost):
-        meanwhile another session may hold the lock, so ``held`` is False."""
-        return self._suspended and not self.lost.done()
+        """True from the session's loss until the lock is revalidated (or lost,
+        or released): meanwhile another session may hold the lock, so ``held``
+        is False."""
+        return self._suspended and not self.lost.done() and not self._released
 
     def add_listener(self, listener: Callable[[LockEvent], None]) -> None:
         """Call ``listener(event)`` on each later :class:`LockEvent` of this lock.
@@ -126,43 +146,54 @@ class ResourceLock(Generic[T]):
 
     def __exit__(self, *exc: object) -> None:
         """Release the lock at the end of a ``with`` block (waits for the delete;
-        a lock already lost is left alone)."""
-        if not self.lost.done():
+        a lock already lost or released is left alone)."""
+        if not self.lost.done() and not self._released:
             self.release().result(timeout=self._service.store_timeout_s)
 
     def release(self) -> Future[None]:
-        """Delete the lock node if it is still ours; completes ``lost``.
+        """Give the lock up: delete its node if it is still this lock's.
 
-        The delete is conditional on the node's owner and token, checked
-        atomically by the store: a holder that lost its node never deletes the
-        node of the next holder.
+        From the call on the lock is ``released`` and no longer ``held``. The
+        delete is conditional on the node's owner and token, checked atomically
+        by the store: a holder that lost its node never deletes the node of
+        the next holder. It waits for a check or a revalidation of this lock
+        in progress (which may re-create the node with a new token), so it
+        deletes the node as it is after them. ``lost`` does not complete,
+        unless the node was already gone or another's: the lock had been lost
+        (``LockEvent.LOST``). Calling it again returns the same future, unless
+        that one failed (then the delete is tried again).
 
         Returns:
             A future of ``None`` once the node is deleted, or found gone or
             another session's (nothing to release: not an error).
 
         Raises:
-            StateClosedError: at the call or through the future, once the store
-                is closed (``lost`` completes all the same).
+            StateClosedError: at the call or through the future, once the
+                store is closed (its close ended the lock: ``lost`` completes
+                when the service hears of it, unless the lock was released
+                first).
             WriteFailedError, FencedError, PermissionDeniedError: through the
                 future, as the store's write fails (a
                 :class:`~pulsar_state.MetadataStore`: retries exhausted, fenced
                 on every attempt, role refused).
         """
-
-        def deleted(_: None) -> None:
-            self._service._forget(self)
-
-        def gone(exc: BaseException) -> None:
-            self._service._forget(self)
-            if not isinstance(exc, NotFoundError | BadVersionError):
-                raise exc
-            # the node is gone, or is another session's (not ours to delete)
-
-        return futures.then(
-            self._service.store.delete(
+        with self._mutex:
+            releasing = self._releasing
+            if releasing is not None and not (
+                releasing.done() and releasing.exception() is not None
+            ):
+                return releasing  # in flight, or done: once is enough
+            self._released = True
+            self._service._forget(self)  # its node's changes concern no one now
+            deleting = self._service.store.delete(
                 self.path, expected_owner=self.owner, expected_token=self.fencing_token
-            ),
-            deleted,
-            recover=gone,
-        )
+            )
+            self._releasing = futures.then(deleting, lambda _: None, recover=self._found_gone)
+            return self._releasing
+
+    def _found_gone(self, exc: BaseException) -> None:
+        """A release's delete failed: the node was gone or another's (the lock
+        had been lost: not an error), or the delete itself failed (raised)."""
+        if not isinstance(exc, NotFoundError | BadVersionError):
+            raise exc
+        self._service._lose(self)

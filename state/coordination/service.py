@@ -113,7 +113,7 @@ class CoordinationService(Generic[T]):
             replaced = self._held.get(path)
             self._held[path] = lock
         if replaced is not None:  # we made a new node: the old one is gone
-            self._forget(replaced)
+            self._lose(replaced)
         # a change that landed before the lock was registered found no
         # lock to check: check once now (later ones see it registered)
         self._check(lock)
@@ -184,13 +184,17 @@ class CoordinationService(Generic[T]):
         """
         return self.store.get_children(path, latest=latest)
 
-    def _forget(self, lock: ResourceLock[T], *, involuntary: bool = False) -> None:
+    def _forget(self, lock: ResourceLock[T]) -> None:
+        """No longer watch ``lock`` (released or lost)."""
         with self._lock:
             if self._held.get(lock.path) is lock:
                 del self._held[lock.path]
-        was_held = not lock.lost.done()
-        futures.set_result(lock.lost, None)
-        if involuntary and was_held:
+
+    def _lose(self, lock: ResourceLock[T]) -> None:
+        """``lock`` is lost: forget it, complete ``lost`` and tell its listeners
+        (once). Never for a release of the lock's own node (ResourceLock.lost)."""
+        self._forget(lock)
+        if futures.set_result(lock.lost, None):
             lock._emit(LockEvent.LOST)
 
     # -- leader election ----------------------------------------------------------------
@@ -377,8 +381,8 @@ class CoordinationService(Generic[T]):
         owner and token: a delete then a re-create by anyone is a loss). A node
         gone while the session is unhealthy (its expiry, most likely) waits for
         the revalidation when the session is back."""
-        with lock._mutex:
-            if lock.lost.done() or lock._revalidate:
+        with lock._mutex:  # a release waits: what this reads is not its own delete
+            if lock.lost.done() or lock._released or lock._revalidate:
                 return
             try:
                 current = self.store.get(lock.path).result(timeout=_READ_TIMEOUT_S)
@@ -399,7 +403,7 @@ class CoordinationService(Generic[T]):
                     lock._emit(LockEvent.SESSION_LOST)
                 return
             log.warning("lost the lock %s", lock.path)
-            self._forget(lock, involuntary=True)
+            self._lose(lock)
 
     # -- sessions -------------------------------------------------------------------------
 
@@ -409,7 +413,7 @@ class CoordinationService(Generic[T]):
         if event is SessionEvent.SESSION_LOST:
             for lock in locks:
                 with lock._mutex:
-                    if lock._suspended or lock.lost.done():
+                    if lock._suspended or lock.lost.done() or lock._released:
                         continue
                     if lock._losses >= self.store.session_losses:
                         continue  # made after this loss (and its return)
@@ -428,8 +432,8 @@ class CoordinationService(Generic[T]):
 
     def _revalidate_lock(self, lock: ResourceLock[T]) -> None:
         """Keep, re-create or give up ``lock`` by the latest tree (LockManager's revalidation)."""
-        with lock._mutex:
-            if lock.lost.done() or not lock._revalidate:
+        with lock._mutex:  # a release waits: it deletes the node as this leaves it
+            if lock.lost.done() or lock._released or not lock._revalidate:
                 return
             if not self.store.session_healthy:  # lost again: the next return revalidates
                 return
@@ -467,7 +471,7 @@ class CoordinationService(Generic[T]):
             was_suspended, lock._suspended = lock._suspended, False
             if not reasserted:
                 log.warning("lost the lock %s to another session", lock.path)
-                self._forget(lock, involuntary=True)
+                self._lose(lock)
             elif was_suspended or current is None:
                 lock._emit(LockEvent.REASSERTED)
 

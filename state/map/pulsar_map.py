@@ -39,14 +39,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from types import MappingProxyType
-from typing import Any, Generic, Self, TypeVar, cast, overload
+from typing import Any, Generic, NoReturn, Self, TypeVar, cast, overload
 
 import pulsar
 
 from pulsar_state.cluster.endpoint import AdminEndpoint, resolve_admin
 from pulsar_state.config import DEFAULT_COMPACTION_THRESHOLD_BYTES, StateConfig
 from pulsar_state.core import futures
+from pulsar_state.core.log.format import MESSAGE_OVERHEAD_BYTES
 from pulsar_state.core.manager import SharedStateManager
+from pulsar_state.errors import TooManyOpsError, ValueTooLargeError
 from pulsar_state.map.checkpoint.format import Manifest
 from pulsar_state.map.checkpoint.policy import CheckpointPolicy, resolve_policy
 from pulsar_state.map.checkpoint.writer import checkpointer_factory
@@ -311,6 +313,10 @@ class PulsarMap(Generic[K, V]):
     def put_if_absent(self, key: K, value: V) -> Future[V | None]:
         """Set ``key`` unless present; the future gives the existing value or ``None``.
 
+        As PIP-137 defines it, ``replace(key, None, value)``: a key holding
+        ``None`` (a JSON null ``put`` stored, which :meth:`get` cannot tell
+        from no key) counts as absent, so ``None`` always means this call set it.
+
         Returns:
             A future of the value already there (nothing written), or ``None``
             when this call set it.
@@ -326,20 +332,26 @@ class PulsarMap(Generic[K, V]):
         existing: dict[str, Any] = {}
 
         def gen(state: dict[K, V]) -> list[MapOp[K, V]]:
-            if key in state:
-                existing["v"] = copy_value(state[key])
+            current = state.get(key)
+            if current is not None:
+                existing["v"] = copy_value(current)
                 return []
             existing.pop("v", None)
             return [op]
 
         return futures.then(self.manager.write(gen), lambda _position: existing.get("v"))
 
-    def replace(self, key: K, expected: V, value: V) -> Future[bool]:
-        """Set ``key`` to ``value`` only if it currently equals ``expected``.
+    def replace(self, key: K, expected: V | None, value: V) -> Future[bool]:
+        """Set ``key`` to ``value`` only if its value is ``expected`` now.
+
+        The current value is what :meth:`get` gives: ``None`` for an absent key
+        (or one holding ``None``). So ``expected=None`` means "only if absent",
+        PIP-137's put-if-absent (:meth:`put_if_absent`), and
+        ``replace(key, get(key), value)`` succeeds unless the key changed.
 
         Returns:
             A future of ``True`` if it was set, ``False`` if the current value
-            differed (or ``key`` was absent; nothing written).
+            differed (nothing written).
 
         Raises:
             TypeError, ValueError: at the call, for a key or value the map
@@ -352,7 +364,7 @@ class PulsarMap(Generic[K, V]):
         outcome: dict[str, bool] = {}
 
         def gen(state: dict[K, V]) -> list[MapOp[K, V]]:
-            outcome["ok"] = key in state and state[key] == expected
+            outcome["ok"] = state.get(key) == expected
             return [op] if outcome["ok"] else []
 
         return futures.then(self.manager.write(gen), lambda _position: outcome["ok"])
@@ -424,13 +436,24 @@ class PulsarMap(Generic[K, V]):
     def clear(self) -> Future[int]:
         """Delete every key in one atomic write; the future gives how many.
 
+        One write holds at most ``max_ops_per_write`` deletes and
+        ``max_write_bytes`` bytes, a delete costing its key's length plus
+        the message overhead (96 bytes): with the defaults, about 39,000 keys
+        of 10 characters. A larger map is refused before anything is written
+        (every reader, compaction included, would otherwise see some keys
+        gone and others not): delete it in parts, e.g. ``transact`` with a
+        share of the keys per write.
+
         Returns:
             A future of how many keys were deleted.
 
         Raises:
             StateClosedError, ForkedProcessError: at the call (module docstring: *Errors*).
-            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
-                PermissionDeniedError, StateClosedError: through the future.
+            TooManyOpsError, ValueTooLargeError: through the future, for a map
+                one write cannot clear (nothing is deleted; the message says
+                how many keys and bytes, and what to do).
+            WriteFailedError, FencedError, PermissionDeniedError,
+                StateClosedError: through the future.
         """
         count: dict[str, int] = {}
 
@@ -438,7 +461,11 @@ class PulsarMap(Generic[K, V]):
             count["n"] = len(state)
             return [self._codec.delete_op(k) for k in state]
 
-        return futures.then(self.manager.write(gen), lambda _position: count["n"])
+        return futures.then(
+            self.manager.write(gen),
+            lambda _position: count["n"],
+            recover=lambda exc: _explain_clear(count.get("n", 0), exc),
+        )
 
     @overload
     def transact(
@@ -596,3 +623,24 @@ class PulsarMap(Generic[K, V]):
 
     def __iter__(self) -> Iterator[K]:
         return iter(self.list_keys().result())
+
+
+def _explain_clear(count: int, exc: BaseException) -> NoReturn:
+    """``clear()``'s write refused by the state core as larger than one write
+    (before anything was written): the same error, saying so and what to do."""
+    if isinstance(exc, TooManyOpsError):
+        over = f"{count} deletes, over max_ops_per_write={exc.limit}"
+    elif isinstance(exc, ValueTooLargeError):
+        over = (
+            f"{exc.size} bytes (each delete costs its key's length + {MESSAGE_OVERHEAD_BYTES}), "
+            f"over max_write_bytes={exc.limit}"
+        )
+    else:
+        raise exc
+    exc.args = (
+        f"clear() of {count} keys is one atomic write of {over}: nothing was deleted. "
+        "Delete the keys in parts (transact() with a share of them per write: not "
+        "atomic as a whole), or raise that limit (StateConfig; max_write_bytes up to "
+        "the broker's maxMessageSize)",
+    )
+    raise exc

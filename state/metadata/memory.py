@@ -3,8 +3,11 @@
 Same tree (:class:`~pulsar_state.metadata.tree.MetadataTree`), same errors,
 same notifications as the Pulsar-backed store, with nothing replicated: for
 fast unit tests and as the model the conformance suite compares with. Several
-"sessions" may share one tree (``MemoryMetadataStore.shared(...)``) to test
-ephemeral nodes and locks between owners.
+"sessions" may share one tree (:meth:`MemoryMetadataStore.sibling`) to test
+ephemeral nodes and locks between owners. Every write is encoded as for the
+topic and refused as the state core refuses it (over ``max_ops_per_write`` or
+``max_write_bytes`` of its ``StateConfig``), so a write too large for the
+Pulsar store is too large here.
 """
 
 from __future__ import annotations
@@ -16,12 +19,16 @@ import uuid
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from pulsar_state.config import StateConfig
 from pulsar_state.core import futures
-from pulsar_state.errors import StateClosedError
+from pulsar_state.core.write.entry import encode_write
+from pulsar_state.errors import StateClosedError, ValueTooLargeError
 from pulsar_state.metadata.base import BaseMetadataStore
 from pulsar_state.metadata.tree import (
     GetResult,
+    MetaCodec,
     MetadataTree,
+    MetaOp,
     SessionEvent,
     Stat,
     validate_path,
@@ -31,6 +38,8 @@ from pulsar_state.metadata.tree import (
 __all__ = ["MemoryMetadataStore"]
 
 T = TypeVar("T")
+
+_CODEC = MetaCodec()
 
 
 class _SharedTree:
@@ -44,16 +53,26 @@ class _SharedTree:
 class MemoryMetadataStore(BaseMetadataStore):
     """A metadata store in this process only."""
 
-    def __init__(self, *, shared: Any = None, session_id: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        shared: Any = None,
+        session_id: str | None = None,
+        config: StateConfig | None = None,
+    ) -> None:
+        """``config``: the write limits (``max_ops_per_write``, ``max_write_bytes``)
+        this store enforces, as a :class:`~pulsar_state.MetadataStore` with it would."""
         super().__init__(session_id=session_id or uuid.uuid4().hex)
         self._shared: _SharedTree = shared or _SharedTree()
+        self.config = config or StateConfig()
         self._closed = False
         with self._shared.lock:
             self._shared.stores.append(self)
 
-    def sibling(self) -> MemoryMetadataStore:
-        """Another session on the same tree (another 'process')."""
-        return MemoryMetadataStore(shared=self._shared)
+    def sibling(self, *, config: StateConfig | None = None) -> MemoryMetadataStore:
+        """Another session on the same tree (another 'process'); ``config``: its
+        write limits (default: this store's)."""
+        return MemoryMetadataStore(shared=self._shared, config=config or self.config)
 
     def _run(self, fn: Any) -> Future[Any]:
         if self._closed:
@@ -71,6 +90,12 @@ class MemoryMetadataStore(BaseMetadataStore):
         notes = self._shared.tree.apply(op)
         for store in self._shared.stores:
             store._notify(notes)
+
+    def _write(self, ops: list[MetaOp]) -> None:
+        """Apply ``ops`` as one write, or refuse them all as the state core would."""
+        encode_write(_CODEC, ops, self.config)
+        for op in ops:
+            self._apply(op)
 
     def get(self, path: str, latest: bool = False) -> Future[GetResult | None]:
         validate_path(path)  # one tree: always the latest
@@ -108,8 +133,7 @@ class MemoryMetadataStore(BaseMetadataStore):
                 owner=owner,
                 token=next(self._shared.seq),
             )
-            for op in ops:
-                self._apply(op)
+            self._write(ops)
             node = ops[-1]
             assert node.record is not None
             return node.record.stat(node.path)
@@ -127,7 +151,7 @@ class MemoryMetadataStore(BaseMetadataStore):
                 owner=owner,
                 token=next(self._shared.seq),
             )
-            self._apply(op)
+            self._write([op])
             assert op.record is not None
             return op.record.stat(path)
 
@@ -150,7 +174,7 @@ class MemoryMetadataStore(BaseMetadataStore):
                 expected_owner=expected_owner,
                 expected_token=expected_token,
             )
-            self._apply(op)
+            self._write([op])
 
         return self._run(run)
 
@@ -159,8 +183,10 @@ class MemoryMetadataStore(BaseMetadataStore):
 
         def run() -> list[str]:  # under the tree's lock: atomic
             ops = self._shared.tree.plan_delete_recursive(path)
-            for op in ops:
-                self._apply(op)
+            try:
+                self._write(ops)
+            except ValueTooLargeError as exc:
+                self._explain_delete_recursive(path, len(ops), exc)
             return [op.path for op in ops]
 
         return self._run(run)

@@ -67,13 +67,13 @@ from pulsar_state.errors import (
 from pulsar_state.metadata.base import BaseMetadataStore
 from pulsar_state.metadata.tree import (
     GetResult,
+    MetaCodec,
     MetadataTree,
     MetaOp,
     Notification,
     Record,
     SessionEvent,
     Stat,
-    validate_key,
     validate_path,
     validate_subtree,
 )
@@ -86,18 +86,7 @@ log = logging.getLogger(__name__)
 _SESSION_PREFIX = "session-"
 
 
-class _MetaCodec:
-    """Path -> record bytes; an empty payload deletes (compactable)."""
-
-    def encode(self, op: MetaOp) -> tuple[str | None, bytes]:
-        return op.path, b"" if op.record is None else op.record.to_bytes()
-
-    def decode(self, key: str, payload: bytes) -> MetaOp:
-        validate_key(key)
-        return MetaOp(key, Record.from_bytes(payload) if payload else None)
-
-    def repair(self, tree: MetadataTree, keys: set[str]) -> list[MetaOp]:
-        return [MetaOp(k, tree.record_of(k)) for k in sorted(keys)]
+_MetaCodec = MetaCodec  # its name before it moved to the tree (the CLI's readers use it)
 
 
 class MetadataStore(BaseMetadataStore):
@@ -146,7 +135,7 @@ class MetadataStore(BaseMetadataStore):
         self.manager: SharedStateManager[MetadataTree, MetaOp] = SharedStateManager(
             client=client,
             topic=topic,
-            codec=_MetaCodec(),
+            codec=MetaCodec(),
             initializer=MetadataTree,
             applier=self._apply,
             config=(config or StateConfig()).with_default_compaction(
@@ -331,7 +320,14 @@ class MetadataStore(BaseMetadataStore):
             deleted.append([op.path for op in ops])
             return ops
 
-        return self.manager.write(gen, lambda _tree: deleted[-1])
+        def refused(exc: BaseException) -> list[str]:
+            if not deleted:  # the generator never ran: not about its size
+                raise exc
+            self._explain_delete_recursive(path, len(deleted[-1]), exc)
+
+        return futures.then(
+            self.manager.write(gen, lambda _tree: deleted[-1]), lambda paths: paths, recover=refused
+        )
 
     def delete(
         self,

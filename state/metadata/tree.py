@@ -26,6 +26,7 @@ from pulsar_state.errors import BadVersionError, NotFoundError
 __all__ = [
     "MAX_PATH_LENGTH",
     "GetResult",
+    "MetaCodec",
     "MetaOp",
     "MetadataTree",
     "Notification",
@@ -222,6 +223,22 @@ class MetaOp:
 
     path: str
     record: Record | None
+
+
+class MetaCodec:
+    """How the tree travels on its topic: path -> record bytes; an empty payload
+    deletes (compactable). Both stores encode their writes with it: the Pulsar
+    store to send them, the memory store to refuse what the topic would."""
+
+    def encode(self, op: MetaOp) -> tuple[str | None, bytes]:
+        return op.path, b"" if op.record is None else op.record.to_bytes()
+
+    def decode(self, key: str, payload: bytes) -> MetaOp:
+        validate_key(key)
+        return MetaOp(key, Record.from_bytes(payload) if payload else None)
+
+    def repair(self, tree: MetadataTree, keys: set[str]) -> list[MetaOp]:
+        return [MetaOp(k, tree.record_of(k)) for k in sorted(keys)]
 
 
 class MetadataTree:

@@ -16,6 +16,7 @@ import pulsar
 import pytest
 from harness import PulsarEndpoint, unique_name, unique_topic, wait_until
 from metadata_conformance import *  # noqa: F403  (the shared tests)
+from metadata_conformance import StoreFactory
 from state_workers import counter_worker
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
@@ -26,6 +27,7 @@ from pulsar_state import (
     MetadataStore,
     SessionLostError,
 )
+from pulsar_state.config import StateConfig
 from pulsar_state.metadata.tree import SessionEvent
 
 SESSION = {"session_timeout_s": 2.0, "session_check_interval_s": 0.5}
@@ -42,16 +44,16 @@ def topic() -> str:
 
 
 @pytest.fixture
-def stores(
-    pulsar_endpoint: PulsarEndpoint, topic: str
-) -> Iterator[Callable[[], BaseMetadataStore]]:
+def stores(pulsar_endpoint: PulsarEndpoint, topic: str) -> Iterator[StoreFactory]:
     opened: list[tuple[pulsar.Client, MetadataStore]] = []
 
-    def open_store() -> BaseMetadataStore:
+    def open_store(config: StateConfig | None = None) -> BaseMetadataStore:
         client = pulsar.Client(
             pulsar_endpoint.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
         )
-        store = MetadataStore(client, topic, admin_url=pulsar_endpoint.admin_url, **SESSION)
+        store = MetadataStore(
+            client, topic, admin_url=pulsar_endpoint.admin_url, config=config, **SESSION
+        )
         opened.append((client, store))
         return store
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from metadata_conformance import *  # noqa: F403  (the shared tests)
+from metadata_conformance import StoreFactory
 
 from pulsar_state import BaseMetadataStore, MemoryMetadataStore
+from pulsar_state.config import StateConfig
 
 
 @pytest.fixture
@@ -16,12 +18,12 @@ def base() -> str:
 
 
 @pytest.fixture
-def stores() -> Iterator[Callable[[], BaseMetadataStore]]:
+def stores() -> Iterator[StoreFactory]:
     root = MemoryMetadataStore()
     opened = [root]
 
-    def open_store() -> BaseMetadataStore:
-        store = root.sibling()
+    def open_store(config: StateConfig | None = None) -> BaseMetadataStore:
+        store = root.sibling(config=config)
         opened.append(store)
         return store
 
