@@ -67,7 +67,7 @@ from pulsar_state.errors import (
 )
 from pulsar_state.map.pulsar_map import PulsarMap
 from pulsar_state.metadata.store import MetadataStore
-from pulsar_state.scheduling.scheduler import Scheduler
+from pulsar_state.scheduling.scheduler import LEADER_KEY, Scheduler
 from pulsar_state.topic_names import full_topic_name, members_topic, parse_topic, partition_topic
 
 __all__ = [
@@ -359,7 +359,7 @@ class SinkGroup:
             foreign = [
                 k
                 for k in self._assignments.list_keys(latest=True).result(timeout=60)
-                if not k.startswith(f"{self.function}:")
+                if k != LEADER_KEY and not k.startswith(f"{self.function}:")
             ]
             if foreign:
                 raise ConfigurationError(

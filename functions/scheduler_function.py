@@ -30,8 +30,20 @@ a new or changed function record is scheduled on the next heartbeat.
 Deploy with ``retainOrdering: true`` (a failover subscription: one active
 instance schedules, the others stand by and take over when it dies). Every
 write goes through the state core's exclusive producer and the assignment is
-computed on the latest published one, so two instances active at once during a
-handover cannot undo each other. Userconfig: ``metadataTopic``,
+computed on the latest published one. **A deposed instance's late assignment
+never lands after its successor's**: an instance may renew a member, read the
+records and be paused (a GC, SIGSTOP) while another instance takes over and
+publishes; resumed, it would publish what it computed from the older
+members. So each assignment is written under a fencing token: the members
+map's writer epoch of the heartbeat's write (``SharedStateManager.epoch``,
+which grows every time a writer gains the members topic, so a successor's
+write has a greater one). The assignment map keeps the greatest token that
+published under :data:`~pulsar_state.scheduling.scheduler.LEADER_KEY`
+(``"~leader"`` = ``"<epoch>/instance-<id>"``, no instance id) and its atomic
+write refuses an older one (:func:`~pulsar_state.scheduling.scheduler.publish_assignment`):
+the refused instance logs it and counts ``stale_assignments_refused``; its
+heartbeat's renewal stands, and the successor's assignment already includes
+it. Userconfig: ``metadataTopic``,
 ``assignmentTopic``, ``membersTopic`` (defaults ``function-metadata``,
 ``function-assignments``, ``function-members`` in the function's namespace),
 ``memberTtlSeconds`` (default 10), ``adminUrl`` (protects the topics).
@@ -53,7 +65,7 @@ from pulsar_state.functions.metadata_manager import validate_fqn
 from pulsar_state.map.pulsar_map import MapOp, PulsarMap
 from pulsar_state.runtime.instance_metrics import label_instance_metrics
 from pulsar_state.scheduling.assignment import instance_ids
-from pulsar_state.scheduling.scheduler import publish_assignment
+from pulsar_state.scheduling.scheduler import NotLeaderError, publish_assignment
 
 __all__ = [
     "Heartbeat",
@@ -161,13 +173,20 @@ class SchedulerFunction(Function):  # type: ignore[misc]
         members = self._map(context, "membersTopic", "function-members")
         records = self._map(context, "metadataTopic", "function-metadata")
         assignments = self._map(context, "assignmentTopic", "function-assignments")
-        alive = self.beat(members, heartbeat, ttl_ms)
+        alive, epoch = self.beat_fenced(members, heartbeat, ttl_ms)
 
         def bad_record(fqn: str, exc: Exception) -> None:
             log.warning("not scheduling the record of %s: %s", fqn, exc)
 
         wanted = wanted_instances(records.items(latest=True).result(timeout=60), bad_record)
-        _, moved = publish_assignment(assignments, wanted, alive)
+        try:
+            _, moved = publish_assignment(
+                assignments, wanted, alive, fencing_token=epoch, leader=_instance_label(context)
+            )
+        except NotLeaderError as exc:  # a successor published: its assignment stands
+            log.info("not publishing a stale assignment: %s", exc)
+            context.record_metric("stale_assignments_refused", 1)
+            return None
         if moved:
             log.info(
                 "%d members, %d instances: moved or removed %d", len(alive), len(wanted), moved
@@ -180,6 +199,19 @@ class SchedulerFunction(Function):  # type: ignore[misc]
     ) -> list[str]:
         """Renew (or remove) the member, expire the silent ones; the live members.
 
+        See :meth:`beat_fenced`, which also gives the write's fencing token.
+        """
+        return SchedulerFunction.beat_fenced(members, heartbeat, ttl_ms, now_ms)[0]
+
+    @staticmethod
+    def beat_fenced(
+        members: PulsarMap[str, Any], heartbeat: Heartbeat, ttl_ms: int, now_ms: int | None = None
+    ) -> tuple[list[str], int | None]:
+        """Renew (or remove) the member, expire the silent ones; the live members
+        and the members map's writer epoch of that write (the fencing token of an
+        assignment computed from them; ``None`` for a map that has none, as
+        :class:`~pulsar_state.MemoryPulsarMap`).
+
         One atomic write, on the latest state; also usable without a worker.
         A member's record is ``{"expires", "seen", "left"}``: ``seen`` is the
         sender's timestamp of its newest heartbeat, so a redelivered or
@@ -189,9 +221,11 @@ class SchedulerFunction(Function):  # type: ignore[misc]
         by its sender's clock means a backlog is being worked off (after a
         failover), and expires nobody else: their newer heartbeats are queued.
         """
-        clock: dict[str, int] = {}
+        clock: dict[str, Any] = {}
 
         def gen(state: Mapping[str, Any]) -> list[MapOp[str, Any]]:
+            # the writer's epoch while it holds the topic, in the run that is written
+            clock["epoch"] = getattr(members.manager, "epoch", None)
             now = int(time.time() * 1000) if now_ms is None else now_ms
             ts = heartbeat.ts
             backlog = ts is not None and now - ts > ttl_ms // 2
@@ -221,4 +255,14 @@ class SchedulerFunction(Function):  # type: ignore[misc]
             )
 
         result: list[str] = members.transact(gen, reader=alive).result(timeout=60)
-        return result
+        epoch = clock.get("epoch")
+        return result, epoch if isinstance(epoch, int) else None
+
+
+def _instance_label(context: Any) -> str:
+    """``instance-<id>``: who published, in the assignment map's fence."""
+    try:
+        instance = str(context.get_instance_id())
+    except Exception:
+        instance = "?"
+    return f"instance-{instance}".replace("/", "_")
