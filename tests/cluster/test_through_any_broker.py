@@ -47,14 +47,15 @@ def owner_of(cluster: EmbeddedCluster, topic: str) -> int:
 def created_on_one(cluster: EmbeddedCluster, prefix: str) -> tuple[str, str]:
     """A new topic and the admin URL of the broker that does NOT own it."""
     topic = unique_topic(prefix)
-    created = requests.put(
-        f"{cluster.admin_urls[0]}/admin/v2/{topic_path(topic)}",
-        headers=_bearer(cluster),
-        timeout=60,
-        allow_redirects=False,
-    )
-    if created.status_code == 307:  # the bundle's owner creates it
-        created = requests.put(created.headers["Location"], headers=_bearer(cluster), timeout=60)
+    url = f"{cluster.admin_urls[0]}/admin/v2/{topic_path(topic)}"
+    # the bundle's owner creates it; a bundle without an owner yet takes two hops
+    # (the load manager's leader, then the owner it picks), each followed here
+    # with the token, which requests would drop on a change of port
+    for _ in range(5):
+        created = requests.put(url, headers=_bearer(cluster), timeout=60, allow_redirects=False)
+        if created.status_code != 307:
+            break
+        url = created.headers["Location"]
     assert created.status_code in (200, 204), created.text
     owner = owner_of(cluster, topic)
     return topic, cluster.admin_urls[1 - owner]
