@@ -29,10 +29,13 @@ The semantics are those of Pulsar's Python ``ContextImpl``:
   counter, ``incr_counter`` on a value's key starts a counter there.
 
 Unlike BookKeeper's table service the calls of one message are atomic and
-exactly once, and a read sees this message's own earlier calls. ``publish``
-and every other Context call go to the runtime's context unchanged (at least
-once). The requirements are the kit's: ``retainOrdering: true``;
-``stateTopic`` and ``adminUrl`` in user config as for any stateful function.
+exactly once, and a read sees this message's own earlier calls. What the
+user's ``process`` returns is the kit's output: committed with the state, and
+the same value sent again when the message is redelivered (see
+:mod:`~pulsar_state.functions.stateful`). ``publish`` and every other Context
+call go to the runtime's context unchanged (at least once). The requirements
+are the kit's: ``retainOrdering: true``; ``stateTopic`` and ``adminUrl`` in user
+config as for any stateful function.
 ``pulsar-state functions querystate`` and ``pulsar-state serve`` read the keys
 back as Pulsar's ``querystate`` does.
 """

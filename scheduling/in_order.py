@@ -32,6 +32,28 @@ ledger are contiguous) and asks for the redelivery, for up to ``gap_wait_s``;
 a gap still open then (a message the subscription will not deliver: expired,
 skipped, a marker) is passed with a warning, counted in ``gaps_passed``.
 
+A batch hides the rest of its entry. A message id names its batch index, not
+how many messages the batch holds: a record of ``L:E:2`` does not prove whether
+``L:E:3`` exists, and an instance taking over that gets ``L:E+1:0`` first would
+record it and skip ``L:E:3`` and ``L:E:4`` when the cursor is rewound. The
+serialized message id carries the batch size (:func:`batch_size`); a kit records
+it beside the position (:func:`marker_value`, ``L:E:B/S``) and passes it to
+:meth:`InOrderGate.hold_gap`, which then holds everything after a batch whose
+rest is still to come. A record without a size (written before, or a runtime
+whose ids do not carry it) proves what it did before.
+
+Each processing guarantee as Pulsar defines it (:func:`processing_guarantee`,
+read from the function's details as the kits read ``retainOrdering``):
+``ATLEAST_ONCE``, ``EFFECTIVELY_ONCE`` (and ``MANUAL``) never skip a failed
+message, as above. Under ``ATMOST_ONCE`` Pulsar's runtime acknowledges each
+message when it receives it: a failed message never comes back, and holding
+the later ones (already acknowledged too) behind it would stall the partition
+and lose them. :meth:`InOrderGate.run` therefore lets a failed message go under
+``ATMOST_ONCE``: no floor, no redelivery; it is counted (``skipped``) and
+logged, and the exception goes on to the runtime (``numUserExceptions``). A kit
+does not wait for a takeover's gap under ``ATMOST_ONCE`` either: what the
+instance that left had received was acknowledged and is not coming back.
+
 :func:`require_in_order` is the deploy-time check: one active consumer per
 partition (``retainOrdering: true`` or a failover subscription), or positions
 cannot mean "everything before is done".
@@ -49,13 +71,59 @@ from pulsar_state.errors import ConfigurationError, MessageHeldBackError
 from pulsar_state.position import Position
 from pulsar_state.topic_names import partitioned_base
 
-__all__ = ["InOrderGate", "first_missing", "redeliver_function", "require_in_order"]
+__all__ = [
+    "ATLEAST_ONCE",
+    "ATMOST_ONCE",
+    "EFFECTIVELY_ONCE",
+    "MANUAL",
+    "InOrderGate",
+    "batch_size",
+    "first_missing",
+    "marker_value",
+    "parse_marker",
+    "processing_guarantee",
+    "redeliver_function",
+    "require_in_order",
+]
 
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 
 _FAILOVER = 1  # proto.SubscriptionType.FAILOVER
+
+#: Pulsar's processing guarantees (``proto.ProcessingGuarantees``), by name
+ATLEAST_ONCE = "ATLEAST_ONCE"
+ATMOST_ONCE = "ATMOST_ONCE"
+EFFECTIVELY_ONCE = "EFFECTIVELY_ONCE"
+MANUAL = "MANUAL"
+_GUARANTEES = (ATLEAST_ONCE, ATMOST_ONCE, EFFECTIVELY_ONCE, MANUAL)  # by enum number
+
+
+def processing_guarantee(context: Any) -> str:
+    """The function's processing guarantee, by name (``ATLEAST_ONCE``, ``ATMOST_ONCE``,
+    ``EFFECTIVELY_ONCE``, ``MANUAL``).
+
+    Read from ``context.instance_config.function_details.processingGuarantees``,
+    the protobuf enum's number as Pulsar's runtime has it (a name is taken too);
+    ``ATLEAST_ONCE`` (Pulsar's default) when the context has no such field.
+
+    Raises:
+        ConfigurationError: a value that is no processing guarantee.
+    """
+    details = getattr(getattr(context, "instance_config", None), "function_details", None)
+    value = getattr(details, "processingGuarantees", None)
+    if value is None:
+        return ATLEAST_ONCE
+    if isinstance(value, str) and value.upper() in _GUARANTEES:
+        return value.upper()
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = -1
+    if not 0 <= number < len(_GUARANTEES):
+        raise ConfigurationError(f"unknown processing guarantee {value!r}")
+    return _GUARANTEES[number]
 
 
 def require_in_order(context: Any, what: str) -> None:
@@ -86,16 +154,93 @@ def redeliver_function(context: Any, topic: str) -> Callable[[], None] | None:
     return redeliver if callable(redeliver) else None
 
 
-def first_missing(done: Position, position: Position) -> Position | None:
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+#: ``MessageIdData.batch_size`` (PulsarApi.proto)
+_BATCH_SIZE_FIELD = 6
+
+
+def batch_size(message_id: Any) -> int | None:
+    """How many messages the batch of ``message_id`` holds; ``None`` when the id
+    is not of a batch or does not say.
+
+    The Python client has no call for it: it is read from the serialized id
+    (``MessageIdData``, field ``batch_size``), which a received message's id carries.
+    """
+    serialize = getattr(message_id, "serialize", None)
+    if not callable(serialize):
+        return None
+    try:
+        data = bytes(serialize())
+        at = 0
+        while at < len(data):
+            tag, at = _varint(data, at)
+            field, wire = tag >> 3, tag & 7
+            if wire == 0:
+                value, at = _varint(data, at)
+                if field == _BATCH_SIZE_FIELD:
+                    return value if value > 0 else None
+            elif wire == 2:
+                length, at = _varint(data, at)
+                at += length
+            elif wire == 1:
+                at += 8
+            elif wire == 5:
+                at += 4
+            else:
+                return None
+    except (IndexError, ValueError, TypeError):
+        return None
+    return None
+
+
+def marker_value(position: Position, size: int | None) -> str:
+    """What a kit records as "processed through ``position``": ``L:E:B``, with
+    ``/S`` after a batch message whose batch holds ``S`` messages."""
+    if position.batch >= 0 and size is not None and size > 0:
+        return f"{position}/{size}"
+    return str(position)
+
+
+def parse_marker(value: Any) -> tuple[Position, int | None]:
+    """The position and batch size (``None``: not known) :func:`marker_value` wrote.
+
+    Raises:
+        TypeError, ValueError: a value that is no such record.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"a processed marker is a str, got {type(value).__name__}")
+    token, _, size = value.partition("/")
+    return Position.parse(token), (int(size) if size else None)
+
+
+def first_missing(
+    done: Position, position: Position, done_batch_size: int | None = None
+) -> Position | None:
     """The first message between ``done`` and ``position`` (one input partition)
     that the positions prove exists, or ``None``. Only within one ledger, whose
-    entry ids are contiguous: across ledgers nothing is proved."""
+    entry ids are contiguous: across ledgers nothing is proved. The rest of
+    ``done``'s batch is proved only when ``done_batch_size`` says how many
+    messages it holds."""
     if position.ledger != done.ledger or not position > done:
         return None
     if position.entry == done.entry:  # within one batch
         if done.batch >= 0 and position.batch > done.batch + 1:
             return Position(done.ledger, done.entry, done.batch + 1)
         return None
+    if done.batch >= 0 and done_batch_size is not None and done.batch + 1 < done_batch_size:
+        return Position(done.ledger, done.entry, done.batch + 1)  # the rest of its batch
     if position.entry == done.entry + 1:  # the next entry, from its first message
         return Position(done.ledger, position.entry, 0) if position.batch > 0 else None
     return Position(done.ledger, done.entry + 1, -1)
@@ -120,6 +265,8 @@ class InOrderGate:
         self.held_back = 0
         #: gaps waited out for ``gap_wait_s`` and passed
         self.gaps_passed = 0
+        #: failed messages let go under ``ATMOST_ONCE``
+        self.skipped = 0
 
     def floor(self, topic: str) -> Position | None:
         """The first failed, not yet done, message of ``topic``."""
@@ -153,11 +300,14 @@ class InOrderGate:
         position: Position,
         done: Position,
         redeliver: Callable[[], None] | None,
+        *,
+        done_batch_size: int | None = None,
     ) -> None:
         """Raise MessageHeldBackError when a message between the recorded ``done``
         and ``position`` was not delivered yet (see the module docstring); call it
-        when ``done`` was recorded by another instance (a takeover)."""
-        missing = first_missing(done, position)
+        when ``done`` was recorded by another instance (a takeover).
+        ``done_batch_size``: how many messages ``done``'s batch holds, when known."""
+        missing = first_missing(done, position, done_batch_size)
         if missing is None:
             return
         now = time.monotonic()
@@ -192,7 +342,9 @@ class InOrderGate:
 
         If it fails (other than by being held back), nothing later of that
         partition goes first: the message becomes the partition's floor and a
-        redelivery is asked (:meth:`failed`); the exception is re-raised.
+        redelivery is asked (:meth:`failed`); the exception is re-raised. Under
+        ``ATMOST_ONCE`` (:func:`processing_guarantee`) the failed message is let
+        go instead: counted in ``skipped``, logged, the exception re-raised.
         """
         topic = context.get_current_message_topic_name()
         position = Position.from_message_id(context.get_message_id())
@@ -200,7 +352,20 @@ class InOrderGate:
             return process(topic, position)
         except MessageHeldBackError:
             raise
-        except Exception:  # whatever failed, nothing later of this partition goes first
+        except Exception as exc:
+            if processing_guarantee(context) == ATMOST_ONCE:
+                with self._lock:
+                    self.skipped += 1
+                log.warning(
+                    "%s: message %s failed (%s: %s); skipped, as ATMOST_ONCE allows: "
+                    "it was acknowledged on receipt and does not come back",
+                    topic,
+                    position,
+                    type(exc).__name__,
+                    exc,
+                )
+                raise
+            # whatever failed, nothing later of this partition goes first
             self.failed(topic, position, redeliver_function(context, topic))
             raise
 

@@ -191,7 +191,7 @@ class _Map:
         fut.set_result(self.data.get(key))
         return fut
 
-    def transact(self, commit: Any) -> Any:
+    def transact(self, commit: Any, *, reader: Any = None) -> Any:
         from concurrent.futures import Future  # noqa: PLC0415
 
         from pulsar_state.map.pulsar_map import MapOp  # noqa: PLC0415
@@ -201,8 +201,8 @@ class _Map:
                 self.data.pop(op.key, None)
             else:
                 self.data[op.key] = op.value
-        fut: Future[None] = Future()
-        fut.set_result(None)
+        fut: Future[Any] = Future()
+        fut.set_result(None if reader is None else reader(dict(self.data)))
         return fut
 
     def close(self) -> None:
