@@ -1,5 +1,5 @@
 """A stateful-function instance run as a runtime runs one, in its own process:
-for the kit's tests (``tests/integration/test_stateful_outputs.py``).
+for the kit's tests (``tests/integration/test_stateful_outputs_on_the_broker.py``).
 
 It does what Pulsar 4.0's Python runtime (``python_instance.py``) does with a
 message, per processing guarantee, with a real failover consumer and a real

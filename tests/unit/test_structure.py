@@ -286,3 +286,14 @@ def test_the_core_has_no_type_ignore() -> None:
         if "type: ignore" in path.read_text(encoding="utf-8")
     ]
     assert not bad, "type: ignore in the core: " + ", ".join(bad)
+
+
+def test_no_two_test_files_share_a_name() -> None:
+    """The test folders are not packages, so pytest imports each test file by its
+    basename: two of one name (a unit and an integration test) stop the whole
+    session at collection ("import file mismatch"), as a clean-clone CI run found."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted((REPO / "tests").glob("**/test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(REPO)))
+    clashes = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not clashes, f"test files sharing a name: {clashes}"
