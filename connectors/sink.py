@@ -29,10 +29,22 @@ held back until the failed one is redelivered and written
 database outage therefore delays records, never drops one. A PostgreSQL
 connection lost in an outage is opened again on the next write.
 
+A takeover never skips a record either. When a failover's active consumer goes
+away, the broker may give the partition to the next one from its read
+position: the records dispatched to the one that left come back only when the
+cursor is rewound, after newer ones. A write that moves past a position stored
+by another writer (another instance, or this process before a restart) is
+checked in its own transaction: when the positions prove a record between
+them (:func:`~pulsar_state.scheduling.in_order.first_missing`), nothing is
+written and :class:`TakeoverGapError` holds the record back; the in-order gate
+asks for the redelivery and passes a gap still open after 60 s with a warning
+(:meth:`~pulsar_state.scheduling.in_order.InOrderGate.hold_gap`). Records after
+the sink's own last write are not checked: they come from its own consumer.
+
 A record that can never be written (no key, a key or value that is not UTF-8)
 is a *poison* record: it goes to ``deadLetterTopic`` when configured, else it
-is logged and skipped, counted either way (:mod:`.dead_letter`); the partition
-keeps flowing.
+is logged and skipped, counted either way (:mod:`.dead_letter`), and its
+position is stored as done; the partition keeps flowing.
 
 Metadata in the core: on ``open`` the sink records its configuration (the
 database password redacted) and table schema, versioned, in a ``PulsarMap``
@@ -54,7 +66,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +89,7 @@ from pulsar_state.connectors.topic_incarnation import (
 )
 from pulsar_state.errors import (
     ConfigurationError,
+    MessageHeldBackError,
     PoisonRecordError,
     PulsarStateError,
 )
@@ -85,13 +98,23 @@ from pulsar_state.position import Position
 from pulsar_state.runtime.instance_metrics import label_instance_metrics
 from pulsar_state.runtime.secrets import function_admin_headers
 from pulsar_state.runtime.tls import config_admin_endpoint, function_admin_endpoint
-from pulsar_state.scheduling.in_order import InOrderGate, require_in_order
+from pulsar_state.scheduling.in_order import (
+    ATMOST_ONCE,
+    InOrderGate,
+    batch_size,
+    first_missing,
+    processing_guarantee,
+    redeliver_function,
+    require_in_order,
+)
 
 __all__ = [
     "SinkFunction",
     "SinkRecord",
     "SqlUpsertSink",
     "SqliteUpsertSink",
+    "TakeoverGapError",
+    "hold_past_gap",
     "open_backend",
     "record_metadata",
 ]
@@ -122,7 +145,9 @@ class SinkRecord:
 
     ``key`` is ``None`` for a record without one, and the raw bytes of a key
     that is not UTF-8 (:func:`~.dead_letter.read_key`); ``properties`` are kept
-    for the dead-letter topic.
+    for the dead-letter topic; ``batch_size`` is stored with the position
+    (:func:`~pulsar_state.scheduling.in_order.batch_size`), so that an instance
+    taking over after part of a batch waits for its rest.
     """
 
     topic: str
@@ -130,6 +155,69 @@ class SinkRecord:
     value: bytes
     position: Position
     properties: Mapping[str, str] = field(default_factory=dict)
+    #: how many messages the record's batch holds (``None``: not a batch, or not known)
+    batch_size: int | None = None
+
+
+class TakeoverGapError(MessageHeldBackError):
+    """A record that would be written past records of its partition not written yet.
+
+    Raised by :meth:`SqlUpsertSink.write` (nothing written) when the position was
+    stored by another writer and the positions prove that ``missing``, between
+    ``stored`` and ``position``, exists: it is still to come (a failover's
+    rewind brings it after newer records). The caller holds the record back and
+    asks for the redelivery (:meth:`~pulsar_state.scheduling.in_order.InOrderGate.hold_gap`).
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        position: Position,
+        stored: Position,
+        missing: Position,
+        stored_batch_size: int | None = None,
+    ) -> None:
+        self.topic, self.position, self.stored, self.missing = topic, position, stored, missing
+        #: how many messages the stored position's batch holds, when known
+        self.stored_batch_size = stored_batch_size
+        super().__init__(
+            f"{topic}: record {position} is held back: the position stored by another "
+            f"writer is {stored}, and {missing} was not written yet"
+        )
+
+
+def hold_past_gap(
+    gate: InOrderGate,
+    gap: TakeoverGapError,
+    redeliver: Callable[[], None] | None,
+    *,
+    closed: Callable[[], bool] = lambda: False,
+) -> None:
+    """Hold the record of ``gap`` in ``gate`` until the missing records are written:
+    :meth:`~pulsar_state.scheduling.in_order.InOrderGate.hold_gap` (raises
+    MessageHeldBackError; returns once the gap was waited out), asking ``redeliver``
+    again and again, with the gate's backoff, until the partition flows.
+
+    The gate asks once per round and starts the next round only when another
+    record of the partition is held. A request the broker ignores, made while
+    it still waits to rewind after the failover ("consumer is waiting for
+    cursor to be rewinded"), left the partition still for the runtime's
+    negative-ack delay (60 s, seen on the broker when nothing else came). Each
+    request is therefore followed by the next until the gate's floor is lifted,
+    or ``closed()``.
+    """
+    topic = gap.topic
+    again: Callable[[], None] | None = None
+    if redeliver is not None:
+        ask = redeliver
+
+        def again() -> None:
+            ask()
+            floor = gate.floor(topic)
+            if floor is not None and not closed():
+                gate.failed(topic, floor, again)
+
+    gate.hold_gap(topic, gap.position, gap.stored, again, done_batch_size=gap.stored_batch_size)
 
 
 class SqlUpsertSink:
@@ -150,6 +238,8 @@ class SqlUpsertSink:
         self._guard: PositionGuard | None = None
         self._checks: dict[str, int] = {}
         self._lock = threading.Lock()
+        #: per topic, the position of the last record this sink applied
+        self._own: dict[str, Position] = {}
         self.table = "kv"
         self.written = 0
         self.skipped = 0
@@ -218,30 +308,117 @@ class SqlUpsertSink:
         except UnicodeDecodeError as exc:
             raise PoisonRecordError(f"{where}: its value is not UTF-8 text ({exc})") from None
 
-    def write(self, record: SinkRecord) -> bool:
+    def write(self, record: SinkRecord, *, past_gap: bool = False) -> bool:
         """Apply one record; ``False`` when it was already applied (a redelivery).
 
         Raises PoisonRecordError, before touching the database, for a record
-        that can never be written; SinkDatabaseError when the database fails.
+        that can never be written; SinkDatabaseError when the database fails;
+        TakeoverGapError, changing nothing, for a record that would be written
+        past records not written yet (see :meth:`gap_check`), unless ``past_gap``
+        (the caller waited for them long enough).
         """
         backend = self.backend
         self.validate(record)
         assert isinstance(record.key, str)
+        key, value = record.key, record.value
         with self._lock:
-            applied = self._apply(backend, record, record.key)
+            applied = self._apply(
+                record,
+                lambda replacing, before: backend.apply(
+                    self.table,
+                    record.topic,
+                    key,
+                    value,
+                    record.position,
+                    batch_size=record.batch_size,
+                    replacing=replacing,
+                    before=before,
+                ),
+                past_gap=past_gap,
+            )
         if applied:
             self.written += 1
         else:
             self.skipped += 1
         return applied
 
-    def _apply(self, backend: SqlBackend, record: SinkRecord, key: str) -> bool:
-        """Apply, or skip a redelivery; a foreign stored position is replaced, not obeyed."""
+    def mark_poisoned(self, record: SinkRecord, *, past_gap: bool = False) -> bool:
+        """Store the position of a record that can never be a row, once it went to the
+        dead-letter topic (or was logged): it is done, like a written one, so an
+        instance taking over after it does not wait for it (:meth:`gap_check`).
+        ``False`` when the position was already stored; raises as :meth:`write`."""
+        backend = self.backend
+        with self._lock:
+            return self._apply(
+                record,
+                lambda replacing, before: backend.advance(
+                    record.topic,
+                    record.position,
+                    batch_size=record.batch_size,
+                    replacing=replacing,
+                    before=before,
+                ),
+                past_gap=past_gap,
+            )
+
+    def gap_check(self, record: SinkRecord) -> Callable[[Position, int | None], None]:
+        """The takeover-gap check of ``record``, run in its write transaction with the
+        stored position (which the record moves past) and its batch's size.
+
+        A position stored by this sink's own last write of the topic is followed
+        by the next record this sink received: nothing to check. One stored by
+        another writer (another instance had the partition, or this process
+        restarted) may be followed by a record delivered *before* the ones that
+        instance had received and not written: on a failover the broker gives
+        the partition to the next consumer from its read position and sends
+        those again only when it rewinds, after newer ones. TakeoverGapError
+        when the positions prove a record between the stored one and this one
+        (:func:`~pulsar_state.scheduling.in_order.first_missing`: within a ledger
+        entry ids are contiguous, and a batch stored with its size holds the
+        messages after the stored one); writing this record would make that one
+        a "redelivery" skipped for good.
+        """
+        own = self._own.get(record.topic)
+
+        def check(stored: Position, stored_batch_size: int | None) -> None:
+            if stored == own:
+                return
+            missing = first_missing(stored, record.position, stored_batch_size)
+            if missing is not None:
+                raise TakeoverGapError(
+                    record.topic, record.position, stored, missing, stored_batch_size
+                )
+
+        return check
+
+    def _apply(
+        self,
+        record: SinkRecord,
+        apply: Callable[[Position | None, Callable[[Position, int | None], None] | None], bool],
+        *,
+        past_gap: bool,
+    ) -> bool:
+        """Apply, or skip a redelivery; a foreign stored position is replaced, not obeyed.
+
+        ``apply(replacing, before)`` is the backend's transaction.
+        """
         replacing: Position | None = None
+        before = None if past_gap else self.gap_check(record)
         for _ in range(self.REPLACE_TRIES):
-            if backend.apply(
-                self.table, record.topic, key, record.value, record.position, replacing=replacing
-            ):
+            try:
+                done = apply(replacing, before)
+            except TakeoverGapError as gap:
+                assert self._guard is not None
+                try:
+                    foreign = self._guard.is_of_topic(record.topic, gap.stored) is False
+                except TopicIncarnationError:  # the admin API did not answer: hold
+                    foreign = False
+                if not foreign:
+                    raise
+                before = None  # another incarnation's position proves nothing: go on
+                continue
+            if done:
+                self._own[record.topic] = record.position
                 return True
             stored = self.applied_position(record.topic)
             if stored is None or record.position > stored:
@@ -355,6 +532,7 @@ class SinkFunction(Function):  # type: ignore[misc]
         self._dead_letters: DeadLetters | None = None
         self._gate = InOrderGate()
         self._lock = threading.Lock()
+        self._closed = False
         self.config_version: int | None = None
 
     def _open(self, context: Any) -> SqlUpsertSink:
@@ -425,22 +603,54 @@ class SinkFunction(Function):  # type: ignore[misc]
             value=_raw_value(input, context),
             position=position,
             properties=dict(context.get_message_properties() or {}),
+            batch_size=batch_size(context.get_message_id()),
         )
         resets = sink.position_checks.get("reset", 0)
         try:
-            if not sink.write(record):
+            if not self._past_gap(context, record, sink.write):
                 context.get_logger().info("skipped redelivered record %s", record.position)
             if sink.position_checks.get("reset", 0) > resets:
                 context.record_metric("pss_sink_position_resets", 1)
         except PoisonRecordError as exc:
             assert self._dead_letters is not None
             self._dead_letters.handle(record, str(exc))
+            self._past_gap(context, record, sink.mark_poisoned)
             sink.poisoned += 1
             context.record_metric("pss_sink_poison_records", 1)
         self._gate.done(topic, position)
         self._note_owner(topic, context)
 
+    def _past_gap(self, context: Any, record: SinkRecord, apply: Callable[..., bool]) -> bool:
+        """``apply(record)``; a record held by the takeover-gap check waits in the gate.
+
+        The gate holds it (MessageHeldBackError: the runtime nacks it) and asks
+        the input's consumer to redeliver, so the missing records come first; a
+        gap still open after ``gap_wait_s`` is passed with a warning, and the
+        record is applied then. Under ``ATMOST_ONCE`` the runtime acknowledged
+        the missing records on receipt: they are not coming back, nothing waits.
+        """
+        try:
+            return apply(record)
+        except TakeoverGapError as gap:
+            if processing_guarantee(context) == ATMOST_ONCE:
+                context.get_logger().warning(
+                    "%s: %s goes past %s, which the instance that had the partition "
+                    "received and did not write (ATMOST_ONCE: it is not coming back)",
+                    gap.topic,
+                    gap.position,
+                    gap.missing,
+                )
+            else:
+                hold_past_gap(
+                    self._gate,
+                    gap,
+                    redeliver_function(context, gap.topic),
+                    closed=lambda: self._closed,
+                )
+            return apply(record, past_gap=True)
+
     def close(self) -> None:
+        self._closed = True
         self._gate.close()
         if self._dead_letters is not None:
             self._dead_letters.close()

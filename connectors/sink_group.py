@@ -18,7 +18,8 @@ that gains one retries the subscription while the previous owner still holds
 it. What was received but not acknowledged is redelivered to the new owner and
 skipped by the database: positions are stored per partition topic
 (:mod:`.sql_backend`), the same keys as a failover subscription on the
-partitioned topic writes.
+partitioned topic writes. A record the new owner gets past records the old one
+had not written is held until they come (the takeover-gap check, :mod:`.sink`).
 
 Timing. A runner that stops cleanly deletes its member node at once; one that
 dies (``kill -9``) loses it within ``sessionTimeoutS + sessionCheckIntervalS``

@@ -31,7 +31,8 @@ log = logging.getLogger(__name__)
 
 SINK_RECORDS = Counter(
     "pulsar_state_sink_records",
-    "Records the sink runner handled, by outcome (written, skipped as redelivered, poisoned)",
+    "Records the sink runner handled, by outcome (written, skipped as redelivered, "
+    "poisoned, held back unacknowledged after a takeover)",
     ["outcome"],
 )
 SINK_HEALTHY = Gauge(

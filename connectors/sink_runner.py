@@ -32,10 +32,14 @@ acknowledged. A write the database refuses for a while (unreachable, connection
 lost, locked: a *retriable* error) is tried again in place, with a backoff from
 0.5 s doubling to 30 s, until it succeeds or the runner is stopped; no later
 record goes first. Any other database error stops the runner (nothing acked
-past the record; a restart resumes there). A record that can never be written
-(no key, not UTF-8) goes to ``deadLetterTopic`` or is logged and skipped,
-counted either way (:mod:`.dead_letter`). SIGINT and SIGTERM stop the runner
-cleanly (in a group, its partitions move at once).
+past the record; a restart resumes there). A record the takeover-gap check
+refuses (:class:`~.sink.TakeoverGapError`: the position was stored by another
+runner and records between it and this one are still to come) is held, not
+acknowledged, with the later records of its partition; the consumer is asked
+to rewind, so the missing records come first (:class:`_Records`). A record
+that can never be written (no key, not UTF-8) goes to ``deadLetterTopic`` or
+is logged and skipped, counted either way (:mod:`.dead_letter`). SIGINT and
+SIGTERM stop the runner cleanly (in a group, its partitions move at once).
 
 The command (:mod:`pulsar_state.cli.sink`) takes the same ``--auth-*`` and
 ``--tls-*`` options as the other ``pulsar-state`` commands, for the broker and
@@ -52,7 +56,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import pulsar
@@ -61,14 +65,21 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponent
 from pulsar_state.client_log import client_logger
 from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.connectors.dead_letter import DeadLetters, read_key
-from pulsar_state.connectors.sink import SinkRecord, SqlUpsertSink, record_metadata
+from pulsar_state.connectors.sink import (
+    SinkRecord,
+    SqlUpsertSink,
+    TakeoverGapError,
+    hold_past_gap,
+    record_metadata,
+)
 from pulsar_state.connectors.sink_group import LOCAL_KEYS, GroupSettings, SinkGroup
 from pulsar_state.connectors.sink_health import SINK_RECORDS, SinkHealth
 from pulsar_state.connectors.sql_backend import SinkDatabaseError
-from pulsar_state.errors import ConfigurationError, PoisonRecordError
+from pulsar_state.errors import ConfigurationError, MessageHeldBackError, PoisonRecordError
 from pulsar_state.map.pulsar_map import PulsarMap
 from pulsar_state.position import Position
 from pulsar_state.runtime.tls import admin_tls
+from pulsar_state.scheduling.in_order import InOrderGate, batch_size
 
 __all__ = ["AUTH_PARAMS", "AUTH_PLUGIN", "run_sink", "runner_auth"]
 
@@ -110,9 +121,12 @@ class _FailoverSource:
 
 
 def _write(
-    sink: SqlUpsertSink, record: SinkRecord, stop: threading.Event, health: SinkHealth
+    write: Callable[[SinkRecord], bool],
+    record: SinkRecord,
+    stop: threading.Event,
+    health: SinkHealth,
 ) -> bool:
-    """``sink.write``, retried in place while the database fails in a retriable way."""
+    """``write(record)``, retried in place while the database fails in a retriable way."""
 
     def failed(state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
@@ -138,10 +152,85 @@ def _write(
         reraise=True,
     ):
         with attempt:
-            written = sink.write(record)
+            written = write(record)
             health.write_succeeded()
             return written
     raise AssertionError("unreachable: tenacity returns or raises")
+
+
+class _Records:
+    """What the runner does with each record it receives: write it (or dead-letter a
+    poison one), then acknowledge it; or hold it back, unacknowledged.
+
+    A record is held when the takeover-gap check refuses it
+    (:class:`~pulsar_state.connectors.sink.TakeoverGapError`: the position was
+    stored by another runner and records between it and this one are still to
+    come), and so are the later records of its partition until the missing ones
+    are written: :class:`~pulsar_state.scheduling.in_order.InOrderGate` asks the
+    consumer to redeliver (it rewinds to the first unacknowledged record) after
+    0.5 s doubling to 30 s, until they come (:func:`~.sink.hold_past_gap`), and
+    passes a gap still open after 60 s with a warning.
+    """
+
+    def __init__(
+        self,
+        sink: SqlUpsertSink,
+        dead_letters: DeadLetters,
+        *,
+        stop: threading.Event,
+        health: SinkHealth,
+        gate: InOrderGate | None = None,
+    ) -> None:
+        self.sink = sink
+        self.dead_letters = dead_letters
+        self.stop = stop
+        self.health = health
+        self.gate = gate or InOrderGate()
+        self._closed = False
+
+    def handle(self, record: SinkRecord, redeliver: Callable[[], None] | None) -> str:
+        """The outcome: ``written``, ``skipped``, ``poisoned`` (acknowledge it) or
+        ``held`` (do not)."""
+        sink, gate, topic = self.sink, self.gate, record.topic
+        try:
+            gate.check(topic, record.position, lambda: sink.trusted_position(topic))
+            try:
+                written = self._past_gap(record, redeliver, self._write)
+                outcome = "written" if written else "skipped"
+            except PoisonRecordError as exc:  # never writable: dead letter or skip
+                self.dead_letters.handle(record, str(exc))
+                self._past_gap(record, redeliver, sink.mark_poisoned)
+                sink.poisoned += 1
+                outcome = "poisoned"
+        except MessageHeldBackError as exc:
+            log.info("%s", exc)
+            return "held"
+        gate.done(topic, record.position)
+        return outcome
+
+    def _write(self, record: SinkRecord, *, past_gap: bool = False) -> bool:
+        """``sink.write``, retried in place while the database fails retriably."""
+        return _write(
+            lambda r: self.sink.write(r, past_gap=past_gap), record, self.stop, self.health
+        )
+
+    def _past_gap(
+        self,
+        record: SinkRecord,
+        redeliver: Callable[[], None] | None,
+        apply: Callable[..., bool],
+    ) -> bool:
+        """``apply(record)``; when the takeover-gap check refuses it, the gate holds it
+        (MessageHeldBackError) or, once the gap was waited out, it is applied past it."""
+        try:
+            return apply(record)
+        except TakeoverGapError as gap:
+            hold_past_gap(self.gate, gap, redeliver, closed=lambda: self._closed)
+            return apply(record, past_gap=True)  # waited out: passed with a warning
+
+    def close(self) -> None:
+        self._closed = True
+        self.gate.close()
 
 
 def runner_auth(config: Mapping[str, Any], flags: ClusterAuth | None = None) -> ClusterAuth:
@@ -225,6 +314,7 @@ def run_sink(
                 client, group, topic=config["topic"], subscription=config["subscription"]
             ).start()
         health.consuming(getattr(source, "connected", lambda: True))
+        handler = _Records(sink, dead_letters, stop=stop, health=health)
         idle_since = time.monotonic()
         try:
             while not stop.is_set():
@@ -241,18 +331,16 @@ def run_sink(
                     value=msg.data(),
                     position=Position.from_message_id(msg.message_id()),
                     properties=dict(msg.properties() or {}),
+                    batch_size=batch_size(msg.message_id()),
                 )
-                try:
-                    outcome = "written" if _write(sink, record, stop, health) else "skipped"
-                except PoisonRecordError as exc:  # never writable: dead letter or skip
-                    dead_letters.handle(record, str(exc))
-                    sink.poisoned += 1
-                    outcome = "poisoned"
-                consumer.acknowledge(msg)
+                outcome = handler.handle(record, consumer.redeliver_unacknowledged_messages)
+                if outcome != "held":  # a held record comes back when the consumer rewinds
+                    consumer.acknowledge(msg)
                 SINK_RECORDS.labels(outcome).inc()
             return sink
         finally:
             health.consuming(None)
+            handler.close()
             source.close()
     finally:
         dead_letters.close()

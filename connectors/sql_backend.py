@@ -3,9 +3,12 @@
 A :class:`SqlBackend` applies one record effectively once: in **one database
 transaction** it locks the topic's stored position, skips the record when it is
 at or before that position, upserts (or deletes) the row and stores the new
-position. The algorithm lives here; a backend only says how to connect, how to
-open a transaction that serializes writers of the same topic, and how its SQL
-is spelled (placeholders, column types).
+position. Before a record moves the position forward, the caller may look at
+the stored position in that transaction and refuse (the sink's takeover-gap
+check, :mod:`.sink`): nothing is changed then. The algorithm lives here; a
+backend only says how to connect, how to open a transaction that serializes
+writers of the same topic, and how its SQL is spelled (placeholders, column
+types).
 
 ``database`` selects the backend (:func:`pulsar_state.connectors.sink.open_backend`):
 
@@ -21,7 +24,7 @@ import logging
 import os
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -118,6 +121,9 @@ class Cursor(Protocol):
 
     def fetchall(self) -> list[Any]: ...
 
+    @property
+    def description(self) -> Any: ...
+
 
 class SqlBackend(ABC):
     """One database connection of a sink; not shared between sinks."""
@@ -163,19 +169,48 @@ class SqlBackend(ABC):
             [
                 f"CREATE TABLE IF NOT EXISTS {self.schema(table)}",
                 f"CREATE TABLE IF NOT EXISTS {POSITIONS_TABLE} "
-                f"(topic TEXT PRIMARY KEY, ledger {n}, entry {n}, batch {n})",
+                f"(topic TEXT PRIMARY KEY, ledger {n}, entry {n}, batch {n}, batch_size {n})",
             ]
         )
+        self._add_batch_size_column()
+
+    def _positions_columns(self) -> set[str]:
+        with self.transaction(None) as cur:
+            cur.execute(f"SELECT * FROM {POSITIONS_TABLE} WHERE 1 = 0")
+            return {str(d[0]).lower() for d in cur.description}
+
+    def _add_batch_size_column(self) -> None:
+        """A positions table made before batch sizes were stored gets the column
+        (``NULL``: the size is not known)."""
+        if "batch_size" in self._positions_columns():
+            return
+        exists = " IF NOT EXISTS" if self.kind == "postgresql" else ""
+        try:
+            self.execute_ddl(
+                [f"ALTER TABLE {POSITIONS_TABLE} ADD COLUMN{exists} batch_size {self.integer_type}"]
+            )
+        except SinkDatabaseError:
+            if "batch_size" not in self._positions_columns():  # not another sink's add
+                raise
 
     def applied_position(self, cur: Cursor, topic: str) -> Position | None:
         """The position stored for ``topic`` (read inside :meth:`transaction`)."""
+        marker = self.applied_marker(cur, topic)
+        return None if marker is None else marker[0]
+
+    def applied_marker(self, cur: Cursor, topic: str) -> tuple[Position, int | None] | None:
+        """The position stored for ``topic`` and the size of its batch (``None``: not
+        a batch message, or not known), read inside :meth:`transaction`."""
         row = cur.execute(
-            self._sql(f"SELECT ledger, entry, batch FROM {POSITIONS_TABLE} WHERE topic = ?"),
+            self._sql(
+                f"SELECT ledger, entry, batch, batch_size FROM {POSITIONS_TABLE} WHERE topic = ?"
+            ),
             (topic,),
         ).fetchone()
         if row is None or row[0] is None:
             return None
-        return Position(int(row[0]), int(row[1]), int(row[2]))
+        size = int(row[3]) if row[3] is not None else None
+        return Position(int(row[0]), int(row[1]), int(row[2])), size
 
     def apply(
         self,
@@ -185,7 +220,9 @@ class SqlBackend(ABC):
         value: bytes,
         position: Position,
         *,
+        batch_size: int | None = None,
         replacing: Position | None = None,
+        before: Callable[[Position, int | None], None] | None = None,
     ) -> bool:
         """Upsert (or, for an empty value, delete) ``key`` unless ``position`` was applied.
 
@@ -194,10 +231,13 @@ class SqlBackend(ABC):
         ``replacing``: a stored position found to be of another incarnation of
         the topic (:mod:`.topic_incarnation`); while it is still the stored one,
         the record is applied and its position replaces it.
+        ``batch_size``: how many messages the record's batch holds (stored with
+        the position). ``before``: called in the transaction with the stored
+        position (of this incarnation) and its batch size when the record moves
+        past it; what it raises leaves everything as it was.
         """
         with self.transaction(topic) as cur:
-            applied = self.applied_position(cur, topic)
-            if applied is not None and not position > applied and applied != replacing:
+            if not self._moves_forward(cur, topic, position, replacing, before):
                 return False
             if value:
                 cur.execute(
@@ -210,15 +250,57 @@ class SqlBackend(ABC):
                 )
             else:
                 cur.execute(self._sql(f"DELETE FROM {table} WHERE key = ?"), (key,))
-            cur.execute(
-                self._sql(
-                    f"INSERT INTO {POSITIONS_TABLE} (topic, ledger, entry, batch) "
-                    "VALUES (?, ?, ?, ?) ON CONFLICT (topic) DO UPDATE SET "
-                    "ledger = excluded.ledger, entry = excluded.entry, batch = excluded.batch"
-                ),
-                (topic, position.ledger, position.entry, position.batch),
-            )
+            self._store_position(cur, topic, position, batch_size)
         return True
+
+    def advance(
+        self,
+        topic: str,
+        position: Position,
+        *,
+        batch_size: int | None = None,
+        replacing: Position | None = None,
+        before: Callable[[Position, int | None], None] | None = None,
+    ) -> bool:
+        """Store ``position`` as applied without a row change (a record that can never
+        be a row, handled elsewhere); as :meth:`apply` otherwise."""
+        with self.transaction(topic) as cur:
+            if not self._moves_forward(cur, topic, position, replacing, before):
+                return False
+            self._store_position(cur, topic, position, batch_size)
+        return True
+
+    def _moves_forward(
+        self,
+        cur: Cursor,
+        topic: str,
+        position: Position,
+        replacing: Position | None,
+        before: Callable[[Position, int | None], None] | None,
+    ) -> bool:
+        marker = self.applied_marker(cur, topic)
+        if marker is None or marker[0] == replacing:
+            return True
+        applied, size = marker
+        if not position > applied:
+            return False
+        if before is not None:
+            before(applied, size)
+        return True
+
+    def _store_position(
+        self, cur: Cursor, topic: str, position: Position, batch_size: int | None
+    ) -> None:
+        size = batch_size if position.batch >= 0 and batch_size else None
+        cur.execute(
+            self._sql(
+                f"INSERT INTO {POSITIONS_TABLE} (topic, ledger, entry, batch, batch_size) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (topic) DO UPDATE SET "
+                "ledger = excluded.ledger, entry = excluded.entry, batch = excluded.batch, "
+                "batch_size = excluded.batch_size"
+            ),
+            (topic, position.ledger, position.entry, position.batch, size),
+        )
 
     def rows(self, table: str) -> dict[str, str]:
         """Every ``key -> value`` of the data table (for tools and tests)."""
