@@ -39,6 +39,7 @@ from pulsar_state.client_log import client_logger
 from pulsar_state.cluster.admin import PulsarAdmin, topic_path
 from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.deploy.narration import say, step
+from pulsar_state.deploy.polling import poll_until
 from pulsar_state.deploy.processes import launch, tail_lines
 from pulsar_state.errors import OperationTimeoutError, PulsarStateError
 from pulsar_state.functions.function_admin import FunctionAdmin
@@ -213,30 +214,31 @@ class DemoWorkers:
         """Poll ``condition`` until it returns a truthy value; return it.
 
         A Pulsar or project error raised by ``condition`` counts as "not yet".
-        A worker that exits on its own fails the wait at once; after
-        ``timeout_s`` it fails with :class:`OperationTimeoutError` naming the
-        workers' logs (those of ``logs``, else all).
+        A worker that exits on its own fails the wait at once (each round
+        checks, :meth:`check_alive`); after ``timeout_s`` it fails with
+        :class:`OperationTimeoutError` naming the workers' logs (those of
+        ``logs``, else all). The loop: :func:`~pulsar_state.deploy.polling.poll_until`.
+
+        Returns:
+            The first truthy value of ``condition``.
+
+        Raises:
+            OperationTimeoutError: not within ``timeout_s``.
+            PulsarStateError: a worker exited on its own.
         """
-        deadline = time.monotonic() + timeout_s
-        last_error: BaseException | None = None
-        while True:
-            self.check_alive()
-            try:
-                value = condition()
-                if value:
-                    return value
-            except (pulsar.PulsarException, PulsarStateError, OSError, ValueError) as exc:
-                last_error = exc
-            if time.monotonic() >= deadline:
-                detail = seen() if seen is not None else ""
-                if last_error is not None:
-                    detail = f"{detail}; last error: {last_error}".lstrip("; ")
-                raise OperationTimeoutError(
-                    f"{what}: not within {timeout_s:.0f}s"
-                    + (f" ({detail})" if detail else "")
-                    + f"; the workers' logs: {self.logs(*logs)}"
-                ) from last_error
-            time.sleep(interval_s)
+
+        def timed_out(message: str) -> OperationTimeoutError:
+            return OperationTimeoutError(f"{message}; the workers' logs: {self.logs(*logs)}")
+
+        return poll_until(
+            condition,
+            what=what,
+            timeout_s=timeout_s,
+            interval_s=interval_s,
+            seen=seen,
+            error=timed_out,
+            check=self.check_alive,
+        )
 
 
 def word_count_config(source: str, state_topic: str, admin_url: str | None) -> dict[str, Any]:

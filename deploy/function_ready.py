@@ -15,6 +15,7 @@ says what was awaited, what was last seen, and where the instances' log is.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ import pulsar
 from pulsar_state.cluster.admin import PulsarAdmin, topic_path
 from pulsar_state.cluster.endpoint import AdminEndpoint
 from pulsar_state.deploy.errors import FunctionNotReadyError
+from pulsar_state.deploy.polling import poll_until
 from pulsar_state.errors import ConfigurationError, PulsarStateError
 
 __all__ = ["DeployedFunction", "function_log"]
@@ -143,27 +145,22 @@ class DeployedFunction:
         A Pulsar or project error raised by ``condition`` counts as "not yet"
         (the last one is reported). After ``timeout_s`` it raises
         :class:`FunctionNotReadyError` saying ``what`` was awaited and, from
-        ``seen``, what was last observed.
+        ``seen``, what was last observed (:func:`~pulsar_state.deploy.polling.poll_until`).
+
+        Returns:
+            The first truthy value of ``condition``.
+
+        Raises:
+            FunctionNotReadyError: not within ``timeout_s``.
         """
-        deadline = time.monotonic() + timeout_s
-        last_error: BaseException | None = None
-        while True:
-            try:
-                value = condition()
-                if value:
-                    return value
-            except (pulsar.PulsarException, PulsarStateError, OSError, ValueError) as exc:
-                last_error = exc
-            if time.monotonic() >= deadline:
-                detail = seen() if seen is not None else ""
-                if last_error is not None:
-                    detail = f"{detail}; last error: {last_error}".lstrip("; ")
-                raise FunctionNotReadyError(
-                    f"{what}: not within {timeout_s:.0f}s" + (f" ({detail})" if detail else ""),
-                    function=self.name,
-                    log=self.log,
-                ) from last_error
-            time.sleep(interval_s)
+        return poll_until(
+            condition,
+            what=what,
+            timeout_s=timeout_s,
+            interval_s=interval_s,
+            seen=seen,
+            error=functools.partial(FunctionNotReadyError, function=self.name, log=self.log),
+        )
 
     def restart_instance(self, instance_id: int) -> bool:
         """Have the worker stop and start one instance afresh (``True``: accepted).

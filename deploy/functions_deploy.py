@@ -79,6 +79,25 @@ FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
 _MISSING = re.compile(r"does(n't| not) exist|not found", re.IGNORECASE)
 
 
+def _unless_missing(call: Callable[[], object]) -> bool:
+    """Run a pulsar-admin call about one function.
+
+    Returns:
+        ``True`` when it succeeds, ``False`` when pulsar-admin says the function
+        is not there (:data:`_MISSING`).
+
+    Raises:
+        PulsarAdminError: any other failure of the call.
+    """
+    try:
+        call()
+    except PulsarAdminError as exc:
+        if _MISSING.search(exc.output):
+            return False
+        raise
+    return True
+
+
 def _config_dir() -> Path:
     return Path(str(resources.files("pulsar_state.deploy") / "functions"))
 
@@ -264,13 +283,7 @@ class _CliAdmin:
         self.cli = PulsarAdminCli(admin_url=admin_url, auth=auth)
 
     def exists(self, fqn: Fqn) -> bool:
-        try:
-            self.cli.function_status(fqn)
-        except PulsarAdminError as exc:
-            if _MISSING.search(exc.output):
-                return False
-            raise
-        return True
+        return _unless_missing(lambda: self.cli.function_status(fqn))
 
     def create(self, fqn: Fqn, config: dict[str, Any], config_file: Path, code: Path) -> None:
         self.cli.create_function(fqn=fqn, config_file=config_file, py=code)
@@ -281,13 +294,7 @@ class _CliAdmin:
         )
 
     def delete(self, fqn: Fqn) -> bool:
-        try:
-            self.cli.delete_function(fqn)
-        except PulsarAdminError as exc:
-            if _MISSING.search(exc.output):
-                return False
-            raise
-        return True
+        return _unless_missing(lambda: self.cli.delete_function(fqn))
 
     def delete_packages(self, fqn: Fqn) -> None:
         """Delete the code packages the worker stored for ``fqn``.

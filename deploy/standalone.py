@@ -27,8 +27,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import requests
 
@@ -71,6 +73,19 @@ class BrokerInfo:
 
     def describe(self) -> str:
         return f"service_url={self.service_url}\nadmin_url={self.admin_url}"
+
+
+#: what a ready standalone answers: (admin path, what its 200 answer's JSON must
+#: hold; None: anything)
+_READY: tuple[tuple[str, Callable[[Any], bool] | None], ...] = (
+    ("/admin/v2/clusters", lambda clusters: "standalone" in clusters),
+    ("/admin/v2/namespaces/public", lambda namespaces: "public/default" in namespaces),
+)
+#: and, with the functions worker, what the worker answers
+_WORKER_READY: tuple[tuple[str, Callable[[Any], bool] | None], ...] = (
+    ("/admin/v2/worker/cluster", bool),
+    ("/admin/v3/functions/public/default", None),
+)
 
 
 class StandaloneBroker:
@@ -153,36 +168,19 @@ class StandaloneBroker:
         return process_runs(pid, (_MAIN_CLASS, str(self.data_dir)))
 
     def is_ready(self, info: BrokerInfo, *, timeout_s: float = 2.0) -> bool:
-        """Broker answers admin calls (and the worker does, when enabled)."""
+        """Broker answers admin calls (and the worker does, when enabled): each of
+        :data:`_READY` (and :data:`_WORKER_READY`) answers 200 with what it must hold.
+
+        Returns:
+            ``True`` once every answer is as a ready standalone gives it.
+        """
+        checks = _READY + (_WORKER_READY if info.functions else ())
         try:
-            clusters = requests.get(
-                f"{info.admin_url}/admin/v2/clusters",
-                timeout=timeout_s,
-                headers=self._admin_headers,
-            )
-            if clusters.status_code != 200 or "standalone" not in clusters.json():
-                return False
-            namespaces = requests.get(
-                f"{info.admin_url}/admin/v2/namespaces/public",
-                timeout=timeout_s,
-                headers=self._admin_headers,
-            )
-            if namespaces.status_code != 200 or "public/default" not in namespaces.json():
-                return False
-            if info.functions:
-                worker = requests.get(
-                    f"{info.admin_url}/admin/v2/worker/cluster",
-                    timeout=timeout_s,
-                    headers=self._admin_headers,
+            for path, holds in checks:
+                answer = requests.get(
+                    f"{info.admin_url}{path}", timeout=timeout_s, headers=self._admin_headers
                 )
-                if worker.status_code != 200 or not worker.json():
-                    return False
-                functions = requests.get(
-                    f"{info.admin_url}/admin/v3/functions/public/default",
-                    timeout=timeout_s,
-                    headers=self._admin_headers,
-                )
-                if functions.status_code != 200:
+                if answer.status_code != 200 or (holds is not None and not holds(answer.json())):
                     return False
         except (requests.RequestException, ValueError):
             return False

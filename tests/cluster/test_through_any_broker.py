@@ -16,8 +16,9 @@ import pulsar
 import pytest
 import requests
 from harness import pulsar_state_cli, unique_topic
+from map_round_trip import write_read_checkpoint
 
-from pulsar_state import CoordinationService, MetadataStore, PulsarMap, StateConfig
+from pulsar_state import CoordinationService, MetadataStore
 from pulsar_state.cluster.admin import PulsarAdmin, topic_path
 from pulsar_state.cluster.endpoint import AdminEndpoint
 from pulsar_state.connectors.spark_options import SourceOptions
@@ -91,21 +92,8 @@ def test_a_map_opened_through_the_non_owner_writes_reads_and_checkpoints(
     client = _client(local_cluster)
     endpoint = AdminEndpoint(url=elsewhere, headers=_bearer(local_cluster))
     try:
-        with PulsarMap[str, int](
-            client, topic, admin=endpoint, config=StateConfig(operation_timeout_s=60)
-        ) as m:
-            for i in range(20):
-                m.put(f"k{i}", i).result(60)
-            assert m.update("k0", lambda v: (v or 0) + 100).result(60) == 100
-            manifest = m.checkpoint().result(120)
-            assert manifest is not None
-            assert m.get("k19", latest=True).result(60) == 19
-        # a second map, through the same broker, bootstraps from that checkpoint
-        with PulsarMap[str, int](client, topic, admin=endpoint) as again:
-            assert again.items(latest=True).result(60) == {
-                **{f"k{i}": i for i in range(20)},
-                "k0": 100,
-            }
+        # write, read, checkpoint; a second map through the same broker bootstraps from it
+        write_read_checkpoint(client, topic, endpoint)
     finally:
         client.close()
 

@@ -19,9 +19,9 @@ import pulsar
 import pytest
 import requests
 from harness import pulsar_state_cli, unique_name, unique_topic, wait_until
+from map_round_trip import write_read_checkpoint
 from test_through_any_broker import created_on_one
 
-from pulsar_state import PulsarMap, StateConfig
 from pulsar_state.cluster.admin import topic_path
 from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.cluster.endpoint import AdminEndpoint
@@ -83,25 +83,6 @@ def tls_client(local_cluster: EmbeddedCluster) -> Iterator[pulsar.Client]:
         client.close()
 
 
-def _write_read_checkpoint(client: pulsar.Client, topic: str, endpoint: AdminEndpoint) -> None:
-    """Open a map through ``endpoint``, write, read latest, checkpoint; a second map
-    through the same endpoint bootstraps from that checkpoint and reads it all back."""
-    with PulsarMap[str, int](
-        client, topic, admin=endpoint, config=StateConfig(operation_timeout_s=60)
-    ) as m:
-        for i in range(20):
-            m.put(f"k{i}", i).result(60)
-        assert m.update("k0", lambda v: (v or 0) + 100).result(60) == 100
-        manifest = m.checkpoint().result(120)
-        assert manifest is not None
-        assert m.get("k19", latest=True).result(60) == 19
-    with PulsarMap[str, int](client, topic, admin=endpoint) as again:
-        assert again.items(latest=True).result(60) == {
-            **{f"k{i}": i for i in range(20)},
-            "k0": 100,
-        }
-
-
 def test_the_cluster_serves_tls_and_names_it(local_cluster: EmbeddedCluster) -> None:
     assert [url.split("://")[0] for url in local_cluster.tls_admin_urls] == ["https", "https"]
     assert (local_cluster.tls_service_url or "").startswith("pulsar+ssl://")
@@ -124,7 +105,7 @@ def test_a_map_with_a_token_through_the_https_non_owner(
         headers={"Authorization": f"Bearer {local_cluster.superuser_token}"},
         tls_trust_cert_path=_ca(local_cluster),
     )
-    _write_read_checkpoint(tls_client, topic, endpoint)
+    write_read_checkpoint(tls_client, topic, endpoint)
 
 
 def test_a_client_certificate_alone_authenticates_through_the_https_non_owner(
@@ -161,7 +142,7 @@ def test_a_map_with_a_client_certificate_through_the_https_non_owner(
         **auth.client_kwargs(),
     )
     try:
-        _write_read_checkpoint(client, topic, endpoint)
+        write_read_checkpoint(client, topic, endpoint)
     finally:
         client.close()
 

@@ -22,6 +22,7 @@ from typing import Any
 import pulsar
 import pytest
 from harness import PulsarEndpoint, unique_name, wait_until
+from map_changes import instance_entries, replayed, states_by_write
 
 from pulsar_state import PulsarMap
 from pulsar_state.functions import scheduler_function
@@ -49,10 +50,6 @@ def _context(client: pulsar.Client, config: dict[str, Any], instance: int) -> An
 
 def _heartbeat(member: str) -> bytes:
     return json.dumps({"member": member, "ts": int(time.time() * 1000)}).encode()
-
-
-def _instances(items: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in items.items() if ":" in k}
 
 
 @pytest.mark.timeout(300)
@@ -104,7 +101,7 @@ def test_a_deposed_instances_late_assignment_never_lands_after_its_successors(
     records.put("t/ns/a", record).result(60)
 
     def placement() -> dict[str, str]:
-        return _instances(view.items(latest=True).result(timeout=60))
+        return instance_entries(view.items(latest=True).result(timeout=60))
 
     try:
         first.process(_heartbeat("w1"), contexts[0])
@@ -121,15 +118,15 @@ def test_a_deposed_instances_late_assignment_never_lands_after_its_successors(
         successors = {f"t/ns/a:{i}": "w1" for i in range(4)}
         assert placement() == successors
         now = view.items(latest=True).result(timeout=60)
-        wait_until(lambda: _replayed(changes) == now, timeout_s=30, message="watch caught up")
-        published = len(_states(changes))  # instance 1's write is the last one seen
+        wait_until(lambda: replayed(changes) == now, timeout_s=30, message="watch caught up")
+        published = len(states_by_write(changes))  # instance 1's write is the last one seen
 
         release.set()
         late.join(60)
         assert not late.is_alive()
         final = placement()
         latest = view.items(latest=True).result(timeout=60)
-        wait_until(lambda: _replayed(changes) == latest, timeout_s=30, message="watch caught up")
+        wait_until(lambda: replayed(changes) == latest, timeout_s=30, message="watch caught up")
     finally:
         release.set()
         watch.stop()
@@ -146,38 +143,8 @@ def test_a_deposed_instances_late_assignment_never_lands_after_its_successors(
         f"{final}, instance 1's was {successors}"
     )
     # what a reader of the map saw, write by write: nothing changed instance 1's after it
-    states = _states(changes)
+    states = states_by_write(changes)
     assert states[published - 1] == successors, states
     assert all(s == successors for s in states[published - 1 :]), states[published - 1 :]
     assert outcome and outcome[0][:2] == ("refused", "NotLeaderError"), outcome
     assert ("stale_assignments_refused", 1) in contexts[0].metrics
-
-
-def _states(changes: list[MapChange[str, str]]) -> list[dict[str, str]]:
-    """The instance entries after each write the watch reported."""
-    state: dict[str, str] = {}
-    states: list[dict[str, str]] = []
-    position = None
-    for change in changes:
-        if position is not None and change.position != position:
-            states.append(_instances(state))
-        position = change.position
-        if change.deleted:
-            state.pop(change.key, None)
-        else:
-            assert change.value is not None
-            state[change.key] = change.value
-    if position is not None:
-        states.append(_instances(state))
-    return states
-
-
-def _replayed(changes: list[MapChange[str, str]]) -> dict[str, str]:
-    state: dict[str, str] = {}
-    for change in list(changes):
-        if change.deleted:
-            state.pop(change.key, None)
-        else:
-            assert change.value is not None
-            state[change.key] = change.value
-    return state

@@ -30,6 +30,7 @@ import pulsar
 import pytest
 import requests
 from harness import PulsarEndpoint, unique_name, unique_topic, wait_until
+from map_changes import instance_entries, replayed, states_by_write
 from scheduler_workers import scheduler_process
 
 from pulsar_state import CoordinationService, MetadataStore, PulsarMap
@@ -40,11 +41,6 @@ from pulsar_state.topic_names import sessions_topic
 #: the children's session timeout: the stopped leader is expired this long
 #: after its session consumer went (a live member's reconnect takes far less)
 SESSION_TIMEOUT_S = 5.0
-
-
-def _instances(items: dict[str, Any]) -> dict[str, Any]:
-    """The instance entries (``tenant/ns/name:i``) of an assignment map's items."""
-    return {k: v for k, v in items.items() if ":" in k}
 
 
 def _stopped(pid: int) -> bool:
@@ -141,7 +137,7 @@ def test_a_deposed_leaders_late_assignment_never_lands_after_its_successors(
         return coordination.read_lock(f"{root}/leader").result(timeout=60)
 
     def placement() -> dict[str, str]:
-        return _instances(view.items(latest=True).result(timeout=60))
+        return instance_entries(view.items(latest=True).result(timeout=60))
 
     def set_function(name: str, parallelism: int) -> None:
         record = json.dumps({"parallelism": parallelism}).encode()
@@ -190,8 +186,8 @@ def test_a_deposed_leaders_late_assignment_never_lands_after_its_successors(
                 message="b published its assignment (b alone: a's session is gone)",
             )
             now = view.items(latest=True).result(timeout=60)
-            wait_until(lambda: _replayed(changes) == now, timeout_s=30, message="watch caught up")
-            published = len(_states(changes))  # b's write is the last one seen
+            wait_until(lambda: replayed(changes) == now, timeout_s=30, message="watch caught up")
+            published = len(states_by_write(changes))  # b's write is the last one seen
 
             # a goes on where it stopped: it publishes what it computed before
             os.kill(a.process.pid, signal.SIGCONT)
@@ -201,7 +197,7 @@ def test_a_deposed_leaders_late_assignment_never_lands_after_its_successors(
             final = placement()
             latest = view.items(latest=True).result(timeout=60)
             wait_until(
-                lambda: _replayed(changes) == latest,
+                lambda: replayed(changes) == latest,
                 timeout_s=30,
                 message="the watch saw every change",
             )
@@ -223,40 +219,10 @@ def test_a_deposed_leaders_late_assignment_never_lands_after_its_successors(
         f"the deposed leader's late write ({late}) landed after its successor's: "
         f"the assignment is {final}, b's was {successors}"
     )
-    assert _instances(raw) == successors, raw
+    assert instance_entries(raw) == successors, raw
     # what a reader of the map saw, write by write: once b's assignment was
     # there, no later write changed it
-    states = _states(changes)
+    states = states_by_write(changes)
     assert states[published - 1] == successors, states
     assert all(state == successors for state in states[published - 1 :]), states[published - 1 :]
     assert late[0] == "refused" and late[1] == "NotLeaderError", late
-
-
-def _states(changes: list[MapChange[str, str]]) -> list[dict[str, str]]:
-    """The instance entries after each write, as the watch reported the writes."""
-    state: dict[str, str] = {}
-    states: list[dict[str, str]] = []
-    position = None
-    for change in changes:
-        if position is not None and change.position != position:
-            states.append(_instances(state))
-        position = change.position
-        if change.deleted:
-            state.pop(change.key, None)
-        else:
-            assert change.value is not None
-            state[change.key] = change.value
-    if position is not None:
-        states.append(_instances(state))
-    return states
-
-
-def _replayed(changes: list[MapChange[str, str]]) -> dict[str, str]:
-    state: dict[str, str] = {}
-    for change in list(changes):
-        if change.deleted:
-            state.pop(change.key, None)
-        else:
-            assert change.value is not None
-            state[change.key] = change.value
-    return state

@@ -20,6 +20,7 @@ from typing import Any
 import pulsar
 import pytest
 from harness import PulsarEndpoint, unique_name, wait_until
+from kit_outputs import counters, keep, read_outputs, wait_counted_and_answered
 from kit_runtime import InstanceSpec, run_instance
 
 from pulsar_state import PulsarMap, StateConfig
@@ -80,25 +81,6 @@ def _send_batches(producer: pulsar.Producer, texts: list[str]) -> None:
         producer.flush()
 
 
-def _keep(client: pulsar.Client, topic: str) -> None:
-    """A subscription on ``topic``, so that the broker does not delete it while no
-    producer is connected (the test broker deletes inactive topics after 5 s)."""
-    client.subscribe(topic, "kept", initial_position=pulsar.InitialPosition.Earliest).close()
-
-
-def _outputs(client: pulsar.Client, topic: str) -> list[tuple[str, dict[str, str]]]:
-    """Every message on ``topic``: (value, properties)."""
-    reader = client.create_reader(topic, pulsar.MessageId.earliest)
-    found = []
-    try:
-        while reader.has_message_available():
-            msg = reader.read_next(10_000)
-            found.append((msg.data().decode(), dict(msg.properties())))
-    finally:
-        reader.close()
-    return found
-
-
 def _check_outputs(
     outputs: list[tuple[str, dict[str, str]]], texts: list[str], input_topic: str
 ) -> dict[str, int]:
@@ -122,11 +104,6 @@ def _check_outputs(
     ids = [dict(next(iter(seen))[1])[INPUT_MESSAGE_ID_PROPERTY] for seen in by_input.values()]
     assert len(set(ids)) == len(texts), "each input named by its own message id"
     return dict(copies)
-
-
-def _counts(state: PulsarMap[str, Any]) -> dict[str, Any]:
-    items = state.items(latest=True).result(timeout=30)
-    return {k.removeprefix("counter/"): v for k, v in items.items() if k.startswith("counter/")}
 
 
 @pytest.mark.parametrize(
@@ -164,7 +141,7 @@ def test_an_instance_killed_between_its_commit_and_its_output_send(
         batching_max_publish_delay_ms=60_000,
     )
     first, rest = texts[:15], texts[15:]
-    _keep(client, spec.output_topic)
+    keep(client, spec.output_topic)
     a = _Instance(start_method, _spec(pulsar_endpoint, name, name="a", api=api, pause_on="m12"))
     b: _Instance | None = None
     try:
@@ -180,29 +157,18 @@ def test_an_instance_killed_between_its_commit_and_its_output_send(
         with PulsarMap[str, Any](
             client, spec.state_topic, admin_url=pulsar_endpoint.admin_url, config=StateConfig()
         ) as state:
-
-            def answered() -> set[str]:
-                return {v.split("#")[0] for v, _ in _outputs(client, spec.output_topic)}
-
-            try:
-                wait_until(
-                    lambda: (
-                        _counts(state).get("total") == len(texts) and len(answered()) == len(texts)
-                    ),
-                    timeout_s=120,
-                    interval_s=0.5,
-                    message="every input counted and answered",
-                )
-            except AssertionError as exc:
-                counts = _counts(state)
-                raise AssertionError(
-                    f"{exc}: not counted once {[t for t in texts if counts.get(t) != 1]}, "
-                    f"total {counts.get('total')}, not answered {set(texts) - answered()}"
-                ) from None
-            counts = _counts(state)
+            counts = wait_counted_and_answered(
+                state,
+                client,
+                spec.output_topic,
+                texts,
+                timeout_s=120,
+                interval_s=0.5,
+                message="every input counted and answered",
+            )
         totals = b.finish()
         b = None
-        outputs = _outputs(client, spec.output_topic)
+        outputs = read_outputs(client, spec.output_topic)
     finally:
         a.end()
         if b is not None:
@@ -226,7 +192,7 @@ def test_a_message_that_fails_in_the_middle_of_30(
     spec = _spec(pulsar_endpoint, name, guarantee=guarantee, fail_on="m14")
     texts = [f"m{i}" for i in range(30)]
     expected = [t for t in texts if t != "m14"] if guarantee == "ATMOST_ONCE" else texts
-    _keep(client, spec.output_topic)
+    keep(client, spec.output_topic)
     instance = _Instance("spawn", spec)
     try:
         producer = client.create_producer(spec.input_topic, batching_enabled=False)
@@ -238,7 +204,7 @@ def test_a_message_that_fails_in_the_middle_of_30(
             try:
                 wait_until(
                     lambda: (
-                        _counts(state).get("total") == len(expected)
+                        counters(state).get("total") == len(expected)
                         and state.get("processed/" + spec.input_topic, latest=True).result(30)
                         is not None
                         and state.get("counter/m29").result() == 1
@@ -248,10 +214,10 @@ def test_a_message_that_fails_in_the_middle_of_30(
                     message=f"{len(expected)} messages counted",
                 )
             except AssertionError as exc:
-                raise AssertionError(f"{exc}: counts {_counts(state)}") from None
-            counts = _counts(state)
+                raise AssertionError(f"{exc}: counts {counters(state)}") from None
+            counts = counters(state)
             wait_until(
-                lambda: len(_outputs(client, spec.output_topic)) >= len(expected),
+                lambda: len(read_outputs(client, spec.output_topic)) >= len(expected),
                 timeout_s=30,
                 message="answered",
             )
@@ -259,5 +225,5 @@ def test_a_message_that_fails_in_the_middle_of_30(
     finally:
         instance.end()
     assert counts == {**dict.fromkeys(expected, 1), "total": len(expected)}
-    _check_outputs(_outputs(client, spec.output_topic), expected, spec.input_topic)
+    _check_outputs(read_outputs(client, spec.output_topic), expected, spec.input_topic)
     assert totals["skipped"] == (1 if guarantee == "ATMOST_ONCE" else 0)

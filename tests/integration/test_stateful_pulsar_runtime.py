@@ -15,6 +15,7 @@ from typing import Any
 import pulsar
 import pytest
 from harness import PulsarEndpoint, function_instance_pids, unique_name, wait_until
+from kit_outputs import counters, keep, read_outputs, wait_counted_and_answered
 
 from pulsar_state import PulsarMap, StateConfig
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli
@@ -56,30 +57,6 @@ class FailingCount(StatefulFunction):
         state.incr_counter(input, 1)
         state.incr_counter("total", 1)
 '''
-
-
-def _counts(state: PulsarMap[str, Any]) -> dict[str, Any]:
-    items = state.items(latest=True).result(timeout=30)
-    return {k.removeprefix("counter/"): v for k, v in items.items() if k.startswith("counter/")}
-
-
-def _keep(client: pulsar.Client, topic: str) -> None:
-    """A subscription on ``topic``, so that the broker does not delete it while no
-    producer is connected (the test broker deletes inactive topics after 5 s:
-    the output topic between the kill and the restart)."""
-    client.subscribe(topic, "kept", initial_position=pulsar.InitialPosition.Earliest).close()
-
-
-def _outputs(client: pulsar.Client, topic: str) -> list[tuple[str, dict[str, str]]]:
-    reader = client.create_reader(topic, pulsar.MessageId.earliest)
-    found = []
-    try:
-        while reader.has_message_available():
-            msg = reader.read_next(10_000)
-            found.append((msg.data().decode(), dict(msg.properties())))
-    finally:
-        reader.close()
-    return found
 
 
 def _deploy(
@@ -137,7 +114,7 @@ def test_an_output_is_sent_again_after_a_kill_between_commit_and_send(
     name = unique_name("kit-out")
     flag = tmp_path / "paused"
     output = f"persistent://public/default/{name}-out"
-    _keep(client, output)
+    keep(client, output)
     admin, fqn = _deploy(
         pulsar_endpoint,
         tmp_path,
@@ -165,27 +142,16 @@ def test_an_output_is_sent_again_after_a_kill_between_commit_and_send(
             admin_url=pulsar_endpoint.admin_url,
             config=StateConfig(),
         ) as state:
-
-            def answered() -> set[str]:
-                return {v.split("#")[0] for v, _ in _outputs(client, output)}
-
-            try:
-                wait_until(
-                    lambda: (
-                        _counts(state).get("total") == len(texts) and len(answered()) == len(texts)
-                    ),
-                    timeout_s=240,
-                    interval_s=1,
-                    message="every input counted and answered after the restart",
-                )
-            except AssertionError as exc:
-                counts = _counts(state)
-                raise AssertionError(
-                    f"{exc}: not counted once {[t for t in texts if counts.get(t) != 1]}, "
-                    f"total {counts.get('total')}, not answered {set(texts) - answered()}"
-                ) from None
-            counts = _counts(state)
-        outputs = _outputs(client, output)
+            counts = wait_counted_and_answered(
+                state,
+                client,
+                output,
+                texts,
+                timeout_s=240,
+                interval_s=1,
+                message="every input counted and answered after the restart",
+            )
+        outputs = read_outputs(client, output)
     finally:
         admin.delete_function(fqn)
     assert counts == {**dict.fromkeys(texts, 1), "total": len(texts)}, "one state effect each"
@@ -236,13 +202,13 @@ def test_at_most_once_goes_on_past_a_failed_message(
         ) as state:
             try:
                 wait_until(
-                    lambda: _counts(state) == {**expected, "total": 29},
+                    lambda: counters(state) == {**expected, "total": 29},
                     timeout_s=90,
                     interval_s=1,
                     message="the 29 other messages counted",
                 )
             except AssertionError as exc:
-                raise AssertionError(f"{exc}: counts {_counts(state)}") from None
+                raise AssertionError(f"{exc}: counts {counters(state)}") from None
         status = admin.function_status(fqn)["instances"][0]["status"]
         assert status["numUserExceptions"] >= 1
     finally:
