@@ -28,10 +28,14 @@ PACKAGE_DIRS = {
 
 PULSAR_CLIENT = "pulsar-client>=3.5,<4"
 PSYCOPG = "psycopg[binary]>=3.1,<4"
-# the Spark source needs pyspark.sql.streaming.datasource (SupportsTriggerAvailableNow),
-# first shipped in PySpark 4.2.0; 4.2 itself needs pyarrow >= 18. The floors are
-# checked by `make check-min-deps` (tests/min_deps.py reads this list).
-SPARK = ["pyspark>=4.2,<5", "pyarrow>=18"]
+# the Spark source's batch reads need the Python Data Source API with Arrow batches
+# (PySpark 4.0); its streams need pyspark.sql.streaming.datasource's
+# SupportsTriggerAvailableNow (4.2), key pushdown the filter classes (4.1): each is
+# imported when a query asks for it (connectors/spark_features.py). pyarrow >= 18
+# for the map's checkpoints. Both floors are installed and run by
+# `make check-min-deps` (tests/min_deps.py reads these lists).
+SPARK = ["pyspark>=4.0,<5", "pyarrow>=18"]
+SPARK_STREAMING = ["pyspark>=4.2,<5", "pyarrow>=18"]
 # every floor here is installed and run by `make check-min-deps` too
 REQUIRES = [
     PULSAR_CLIENT,
@@ -77,6 +81,8 @@ setup(
         # What the functions worker's Python runner needs (grpc, protobuf, ...)
         "functions": [PULSAR_CLIENT.replace("pulsar-client", "pulsar-client[functions]")],
         "spark": SPARK,
+        # Spark streams of changes (readStream) need a newer PySpark than batch reads
+        "spark-streaming": SPARK_STREAMING,
         # a map's columnar checkpoints (Arrow IPC): bootstrap and Spark snapshots
         # read the map, not its history; without pyarrow maps replay their topic
         "checkpoints": ["pyarrow>=18"],
@@ -106,7 +112,7 @@ setup(
             "types-PyYAML",
             "types-tqdm",
             "build>=1.0",  # make package, tests/wheel_check.py
-            *SPARK,
+            *SPARK_STREAMING,
             PSYCOPG,
         ],
     },

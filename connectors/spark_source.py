@@ -1,4 +1,7 @@
-"""``pulsar_state``: a PySpark (>= 4.2) Python Data Source over the shared state.
+"""``pulsar_state``: a PySpark Python Data Source over the shared state.
+
+Batch reads need PySpark >= 4.0, ``pushdown`` 4.1, streams 4.2
+(:mod:`~pulsar_state.connectors.spark_features`).
 
     spark.dataSource.register(PulsarStateDataSource)
     df = (spark.read.format("pulsar_state")
@@ -55,18 +58,11 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.errors import PySparkNotImplementedError
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceReader,
-    EqualTo,
-    Filter,
-    In,
-    InputPartition,
-)
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from pulsar_state.connectors.spark_checkpoint import (
@@ -75,17 +71,26 @@ from pulsar_state.connectors.spark_checkpoint import (
     plan_from_checkpoint,
     read_checkpoint_partition,
 )
+from pulsar_state.connectors.spark_features import (
+    PUSHDOWN_SINCE,
+    STREAMING_SINCE,
+    unsupported,
+)
 from pulsar_state.connectors.spark_options import SourceOptions, source_schema
 from pulsar_state.connectors.spark_ranges import plan_ranges
 from pulsar_state.connectors.spark_ranges import replay_changes as _replay_changes
 from pulsar_state.connectors.spark_rows import ReadPartition, arrow_batches, changelog_batches
-from pulsar_state.connectors.spark_stream import (
-    PulsarStateParallelStreamReader,
-    PulsarStateStreamReader,
-)
 from pulsar_state.core.log.replay import AppliedWrite
 from pulsar_state.map.pulsar_map import MapOp
 from pulsar_state.position import Position
+
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import Filter
+
+    from pulsar_state.connectors.spark_stream import (
+        PulsarStateParallelStreamReader,
+        PulsarStateStreamReader,
+    )
 
 __all__ = ["PulsarStateDataSource", "SourceOptions"]
 
@@ -171,7 +176,16 @@ class PulsarStatePushdownReader(PulsarStateBatchReader):
     ``spark.sql.python.filterPushdown.enabled=true``, hence a reader of its own.
     """
 
+    def __init__(self, opts: SourceOptions, schema: StructType) -> None:
+        try:  # the filter classes came with PySpark 4.1
+            from pyspark.sql.datasource import EqualTo, In  # noqa: PLC0415, F401
+        except ImportError as exc:
+            raise unsupported("pushdown=true", PUSHDOWN_SINCE, exc) from exc
+        super().__init__(opts, schema)
+
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 (Spark's name)
+        from pyspark.sql.datasource import EqualTo, In  # noqa: PLC0415 (PySpark >= 4.1)
+
         for f in filters:
             if isinstance(f, EqualTo) and f.attribute == ("key",):
                 self.keys = (
@@ -215,6 +229,12 @@ class PulsarStateDataSource(DataSource):
                 errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"}
             )
         self._check_stream_mode()
+        try:  # SupportsTriggerAvailableNow came with PySpark 4.2
+            from pulsar_state.connectors.spark_stream import (  # noqa: PLC0415
+                PulsarStateParallelStreamReader,
+            )
+        except ImportError as exc:
+            raise unsupported("a streaming read", STREAMING_SINCE, exc) from exc
         return PulsarStateParallelStreamReader(self.opts, schema)
 
     def _check_stream_mode(self) -> None:
@@ -226,4 +246,10 @@ class PulsarStateDataSource(DataSource):
 
     def simpleStreamReader(self, schema: StructType) -> PulsarStateStreamReader:  # noqa: N802
         self._check_stream_mode()
+        try:  # SupportsTriggerAvailableNow came with PySpark 4.2
+            from pulsar_state.connectors.spark_stream import (  # noqa: PLC0415
+                PulsarStateStreamReader,
+            )
+        except ImportError as exc:
+            raise unsupported("a streaming read", STREAMING_SINCE, exc) from exc
         return PulsarStateStreamReader(self.opts, schema)

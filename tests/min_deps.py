@@ -2,16 +2,20 @@
 
 setup.py promises ``pulsar-shared-state[spark]`` works from the floors of its
 requirements: ``REQUIRES`` (``pulsar-client>=X``, ``requests``, ``click``, ...)
-and ``SPARK`` (``pyspark>=X``, ``pyarrow>=Y``). This script makes a throwaway
-venv under ``.cache/min-deps/`` (git-ignored), installs the package (not
-editable) with exactly those floors pinned, and runs itself inside it
-(``--inside``): the Spark source must import and register in a local Spark
-session and, when broker URLs are given, the core must write on the floor
-client (sync puts, a group commit, an update, a latest read) and the Spark
-source read a map, as a snapshot and as an ``availableNow`` stream of changes.
+and ``SPARK`` (``pyspark>=X``, ``pyarrow>=Y``), and
+``pulsar-shared-state[spark-streaming]`` from ``SPARK_STREAMING``'s. For each
+of the two (a *pass*), this script makes a throwaway venv under
+``.cache/min-deps/`` (git-ignored), installs the package (not editable) with
+exactly those floors pinned, and runs itself inside it (``--inside``): a local
+Spark session must find the source by itself (no registration call: the
+``pyspark_pulsar_state`` module) and, when broker URLs are given, the core must
+write on the floor client (sync puts, a group commit, an update, a latest read)
+and the Spark source read a map as a snapshot; then, on a PySpark with streams,
+as an ``availableNow`` stream of changes, and on an older one a stream and a
+pushdown read must be refused with the error naming the release they need.
 
     python tests/min_deps.py [--service-url pulsar://... --admin-url http://...]
-    python tests/min_deps.py --pin pyspark==4.1.0   # try another version
+    python tests/min_deps.py --pin pyspark==4.1.0   # one pass, floors + that version
 
 Exit code 0 when everything holds; the failing step otherwise.
 """
@@ -60,12 +64,16 @@ def _setup_lists() -> dict[str, list[str]]:
     return found
 
 
-def floors() -> list[str]:
-    """``name==floor`` for each requirement of setup.py's ``REQUIRES`` and ``SPARK``."""
+#: the passes: (name, setup.py's list of the extra's requirements, the extra)
+PASSES = (("batch", "SPARK", "spark"), ("streaming", "SPARK_STREAMING", "spark-streaming"))
+
+
+def floors(extra_list: str = "SPARK") -> list[str]:
+    """``name==floor`` for each requirement of setup.py's ``REQUIRES`` and ``extra_list``."""
     lists = _setup_lists()
-    if "REQUIRES" not in lists or "SPARK" not in lists:
-        raise SystemExit("setup.py has no REQUIRES = [...] or SPARK = [...] list")
-    requirements = [Requirement(r) for r in (*lists["REQUIRES"], *lists["SPARK"])]
+    if "REQUIRES" not in lists or extra_list not in lists:
+        raise SystemExit(f"setup.py has no REQUIRES = [...] or {extra_list} = [...] list")
+    requirements = [Requirement(r) for r in (*lists["REQUIRES"], *lists[extra_list])]
     pins = []
     for req in requirements:
         floors = [s.version for s in req.specifier if s.operator == ">="]
@@ -85,18 +93,30 @@ def _run(step: str, cmd: list[str], env: dict[str, str] | None = None) -> None:
         raise SystemExit(f"{step} failed (exit {done.returncode})")
 
 
+def _pins_with(pins: list[str], overrides: list[str]) -> list[str]:
+    """``pins`` with each ``name==version`` of ``overrides`` in place of its name's pin."""
+    names = {Requirement(o).name for o in overrides}
+    return [p for p in pins if Requirement(p).name not in names] + overrides
+
+
 def outside(args: argparse.Namespace) -> None:
-    pins = args.pin or floors()
-    print(f"checking pulsar-shared-state[spark] with {' '.join(pins)}", flush=True)
-    _run("venv", [sys.executable, "-m", "venv", "--clear", str(VENV)])
-    py = str(VENV / "bin" / "python")
-    _run("pip", [py, "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
-    _run("install", [py, "-m", "pip", "install", "--quiet", f"{REPO_ROOT}[spark]", *pins])
-    inside = [py, str(Path(__file__).resolve()), "--inside", *[f"--expect={p}" for p in pins]]
-    if args.service_url and args.admin_url:
-        inside += ["--service-url", args.service_url, "--admin-url", args.admin_url]
-    # sys.path gets tests/, not the repository root: pulsar_state is the installed one
-    _run("check", inside, env={**os.environ, "PYSPARK_PYTHON": py})
+    if args.pin:  # one pass: the floors, with the given versions in their place
+        passes = [("pinned", _pins_with(floors("SPARK_STREAMING"), args.pin), "spark")]
+    else:
+        passes = [(name, floors(extra_list), extra) for name, extra_list, extra in PASSES]
+    for name, pins, extra in passes:
+        print(f"== pass {name}: pulsar-shared-state[{extra}] with {' '.join(pins)}", flush=True)
+        _run("venv", [sys.executable, "-m", "venv", "--clear", str(VENV)])
+        py = str(VENV / "bin" / "python")
+        _run("pip", [py, "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
+        _run("install", [py, "-m", "pip", "install", "--quiet", f"{REPO_ROOT}[{extra}]", *pins])
+        inside = [py, str(Path(__file__).resolve()), "--inside"]
+        inside += [f"--expect={p}" for p in pins]
+        if args.service_url and args.admin_url:
+            inside += ["--service-url", args.service_url, "--admin-url", args.admin_url]
+        # sys.path gets tests/, not the repository root: pulsar_state is the installed one
+        _run(f"check ({name})", inside, env={**os.environ, "PYSPARK_PYTHON": py})
+        print(f"pass {name} passed", flush=True)
     print("min-deps check passed", flush=True)
 
 
@@ -127,12 +147,12 @@ def inside(args: argparse.Namespace) -> None:
     )
     try:
         spark.sparkContext.setLogLevel("ERROR")
-        spark.dataSource.register(PulsarStateDataSource)
-        print("registered the pulsar_state data source", flush=True)
         if args.service_url and args.admin_url:
             _write_a_map(args.service_url, args.admin_url)
             _read_a_map(spark, args.service_url, args.admin_url)
         else:
+            spark.dataSource.register(PulsarStateDataSource)
+            print("registered the pulsar_state data source", flush=True)
             print("no broker URLs given: reading skipped", flush=True)
     finally:
         spark.stop()
@@ -180,11 +200,60 @@ def _read_a_map(spark: Any, service_url: str, admin_url: str) -> None:
     finally:
         client.close()
     options = {"serviceUrl": service_url, "adminUrl": admin_url, "topic": topic}
+    # no registration call: Spark finds pyspark_pulsar_state's DefaultSource itself
     rows = spark.read.format("pulsar_state").options(**options).load().collect()
     got = {row.key: json.loads(row.value) for row in rows}
     if got != expected:
         raise SystemExit(f"snapshot read {got}, the map holds {expected}")
-    print(f"snapshot read: {got}", flush=True)
+    print(f"snapshot read (the source found by Spark itself): {got}", flush=True)
+
+    import pyspark  # noqa: PLC0415
+
+    from pulsar_state.connectors.spark_features import (  # noqa: PLC0415
+        PUSHDOWN_SINCE,
+        STREAMING_SINCE,
+    )
+
+    installed = Version(pyspark.__version__)
+    if installed < Version(PUSHDOWN_SINCE):
+        _expect_refusal(
+            lambda: (
+                spark.read.format("pulsar_state")
+                .options(**options, pushdown="true")
+                .load()
+                .collect()
+            ),
+            f"needs PySpark >= {PUSHDOWN_SINCE}",
+            "pushdown",
+        )
+    if installed < Version(STREAMING_SINCE):
+        _expect_refusal(
+            lambda: _stream_changes(spark, options),
+            f"needs PySpark >= {STREAMING_SINCE}",
+            "a stream",
+        )
+        return
+    changes = _stream_changes(spark, options)
+    wanted = [("a", "put"), ("b", "put"), ("a", "delete"), ("c", "put")]
+    if changes != wanted:
+        raise SystemExit(f"stream of changes {changes}, expected {wanted}")
+    print(f"availableNow stream: {changes}", flush=True)
+
+
+def _expect_refusal(call: Any, text: str, what: str) -> None:
+    """``call()`` must fail with an error whose text has ``text`` (Spark wraps it)."""
+    try:
+        call()
+    except Exception as exc:  # Spark's wrapper of the source's ConfigurationError
+        if text not in str(exc):
+            raise SystemExit(f"{what} failed, but not with {text!r}: {exc}") from exc
+        print(f"{what} refused: {text}", flush=True)
+        return
+    raise SystemExit(f"{what} ran on a PySpark without it; expected {text!r}")
+
+
+def _stream_changes(spark: Any, options: dict[str, str]) -> list[tuple[str, str]]:
+    """The changes an ``availableNow`` stream of the map reads, in log order."""
 
     stream = spark.readStream.format("pulsar_state").options(**options, mode="changelog").load()
     name = f"changes_{uuid.uuid4().hex[:8]}"
@@ -192,16 +261,12 @@ def _read_a_map(spark: Any, service_url: str, admin_url: str) -> None:
     if not query.awaitTermination(180):
         query.stop()
         raise SystemExit("the availableNow stream did not finish within 180 s")
-    changes = [
+    return [
         (r.key, r.change_type)
         for r in spark.sql(
             f"SELECT * FROM {name} ORDER BY ledger_id, entry_id, batch_index"
         ).collect()
     ]
-    wanted = [("a", "put"), ("b", "put"), ("a", "delete"), ("c", "put")]
-    if changes != wanted:
-        raise SystemExit(f"stream of changes {changes}, expected {wanted}")
-    print(f"availableNow stream: {changes}", flush=True)
 
 
 def main() -> None:
