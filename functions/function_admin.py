@@ -8,7 +8,8 @@ is sent, so the answer cannot be missed). The manager checks the config and
 the version: an update or delete with an ``expectedVersion`` that is not the
 current one is refused as stale, as Pulsar's worker refuses it.
 
-Reads need no worker: the records, the assignment and the members are
+Reads need no worker: the records, the assignment, the members and the
+workers' status (:mod:`~pulsar_state.functions.worker_status`) are
 ``PulsarMap`` s on the group's topics, read here directly
 (:meth:`FunctionAdmin.list_functions`, :meth:`FunctionAdmin.status`).
 """
@@ -28,7 +29,24 @@ from pulsar_state.errors import OperationTimeoutError, PulsarStateError
 from pulsar_state.functions.worker_config import WorkerTopics
 from pulsar_state.map.pulsar_map import PulsarMap
 
-__all__ = ["FunctionAdmin", "FunctionRequestError", "InstancePlacement"]
+__all__ = ["INSTANCE_STATUS_FIELDS", "FunctionAdmin", "FunctionRequestError", "InstancePlacement"]
+
+#: an instance's status fields, as ``pulsar-admin functions status`` has them, and
+#: their values for an instance no worker has reported yet
+INSTANCE_STATUS_FIELDS: dict[str, Any] = {
+    "running": False,
+    "error": "",
+    "numRestarts": 0,
+    "numReceived": 0,
+    "numSuccessfullyProcessed": 0,
+    "numUserExceptions": 0,
+    "latestUserExceptions": [],
+    "numSystemExceptions": 0,
+    "latestSystemExceptions": [],
+    "averageLatency": 0.0,
+    "lastInvocationTime": 0,
+    "workerId": None,
+}
 
 
 class FunctionRequestError(PulsarStateError):
@@ -37,11 +55,31 @@ class FunctionRequestError(PulsarStateError):
 
 @dataclass(frozen=True)
 class InstancePlacement:
-    """Where one instance of a function is assigned, and whether that worker is alive."""
+    """Where one instance of a function is assigned, whether that worker is alive,
+    and what that worker last published of it (``None``: nothing yet)."""
 
     instance: str
     worker: str | None
     worker_alive: bool
+    reported: dict[str, Any] | None = None
+
+    @property
+    def running(self) -> bool:
+        """Its worker is alive and says the instance runs."""
+        return self.worker_alive and bool((self.reported or {}).get("running"))
+
+    def status(self) -> dict[str, Any]:
+        """The instance's status as ``pulsar-admin functions status`` prints it.
+
+        Returns:
+            :data:`INSTANCE_STATUS_FIELDS`, with what its worker reported;
+            ``running`` only while that worker is alive, ``workerId`` the one
+            it is assigned to.
+        """
+        reported = self.reported or {}
+        status = {k: reported.get(k, default) for k, default in INSTANCE_STATUS_FIELDS.items()}
+        status["running"], status["workerId"] = self.running, self.worker
+        return status
 
 
 def _alive(record: Any, now_ms: int) -> bool:
@@ -156,15 +194,33 @@ class FunctionAdmin:
         return sorted(m for m, r in self._read(self.topics.members).items() if _alive(r, now))
 
     def status(self, fqn: str) -> list[InstancePlacement]:
-        """Each instance of ``fqn`` now assigned: its worker, and whether it is alive."""
+        """Each instance of ``fqn`` now assigned: its worker, whether it is alive, and
+        what that worker published of the instance (its counters).
+
+        Returns:
+            the placements, by instance index.
+        """
         assignments = self._read(self.topics.assignments)
         members = self._read(self.topics.members)
+        workers = self._read(self.topics.status)
         now = int(time.time() * 1000)
         return [
-            InstancePlacement(instance, worker, _alive(members.get(worker), now))
+            InstancePlacement(
+                instance,
+                worker,
+                _alive(members.get(worker), now),
+                _reported(workers.get(worker), instance),
+            )
             for instance, worker in sorted(assignments.items(), key=lambda kv: _index(kv[0]))
             if instance.rpartition(":")[0] == fqn
         ]
+
+
+def _reported(worker_status: Any, instance: str) -> dict[str, Any] | None:
+    """What a worker's status entry says of ``instance`` (``None``: nothing)."""
+    instances = worker_status.get("instances") if isinstance(worker_status, dict) else None
+    reported = instances.get(instance) if isinstance(instances, dict) else None
+    return dict(reported) if isinstance(reported, dict) else None
 
 
 def _index(instance: str) -> tuple[str, int]:

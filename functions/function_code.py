@@ -3,13 +3,28 @@
 ``className`` is ``module.Class`` (or ``module.function``). The module comes
 from the code package (``py``):
 
-* a ``.py`` file: loaded from that file under the module's name (its folder is
-  put on ``sys.path`` too, for its own imports);
-* a ``.zip``: unpacked into the worker's work folder; its ``<name>/src``
-  folder (the layout ``pulsar-state package`` builds and Pulsar's runtime
-  reads) or its top folder goes on ``sys.path``;
+* a ``.py`` file: that file, as it is now;
+* a ``.zip``: unpacked into the worker's work folder (one folder per package
+  content); its ``<name>/src`` folder (the layout ``pulsar-state package``
+  builds and Pulsar's runtime reads) or its top folder holds the module;
 * none: the module is imported from the worker's own ``sys.path`` (the
   packaged functions, ``pulsar_state.functions...``).
+
+**Each function's code loads in its own namespace.** Pulsar runs each instance
+in its own process; a worker here runs many functions in one, and a module
+name (``wordcount``) of one function's package must not give another
+function, or a newer package of the same function, the module loaded first.
+So a package's module is loaded under a name of its own,
+``_pss_code_<key>.<module>``, where the key is a digest of the function's fqn
+(``owner``) and the package's content: two functions whose files are both
+``wordcount.py`` get two modules, an update with a new package loads the new
+code, and the instances of one function on one package share one module. The
+package's folder is also put first on ``sys.path`` for the code's own
+absolute imports (``import helpers``, as Pulsar's runtime allows); a module
+such an import loads from the package's folder is dropped from
+``sys.modules`` once the function is loaded, so the next package with a
+``helpers`` of its own loads that one (a module imported lazily, inside
+``process``, is still looked up on ``sys.path``, shared by the process).
 
 What is loaded: a class is instantiated once per instance and its
 ``process(input, context)`` called (a ``pulsar.Function`` or any class with
@@ -22,6 +37,7 @@ is called when the instance stops (the stateful kit closes its map there).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import sys
@@ -35,7 +51,10 @@ from typing import Any
 
 from pulsar_state.errors import ConfigurationError
 
-__all__ = ["LoadedFunction", "load_function"]
+__all__ = ["CODE_NAMESPACE_PREFIX", "LoadedFunction", "load_function"]
+
+#: the start of the name of each code package's own namespace (a module of its own)
+CODE_NAMESPACE_PREFIX = "_pss_code_"
 
 
 @dataclass(frozen=True)
@@ -52,14 +71,24 @@ class LoadedFunction:
 _lock = threading.Lock()  # sys.path and sys.modules are the process's
 
 
-def _on_path(folder: Path) -> None:
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
+def _first_on_path(folder: Path) -> None:
+    """Put ``folder`` first on ``sys.path`` (the code's own absolute imports find it first)."""
+    entry = str(folder)
+    while entry in sys.path:
+        sys.path.remove(entry)
+    sys.path.insert(0, entry)
 
 
-def _unpacked(package: Path, work_dir: Path) -> Path:
-    """The folder that goes on ``sys.path`` for a ``.zip`` package."""
-    target = work_dir / f"{package.stem}-{package.stat().st_mtime_ns}"
+def _digest(package: Path, owner: str) -> str:
+    """The key of a function's package: its fqn and the package's bytes."""
+    digest = hashlib.sha256(owner.encode() + b"\0")
+    digest.update(package.read_bytes())
+    return digest.hexdigest()[:20]
+
+
+def _unpacked(package: Path, work_dir: Path, key: str) -> Path:
+    """The folder holding a ``.zip`` package's modules (unpacked once per content)."""
+    target = work_dir / f"{package.stem}-{key}"
     if not target.exists():
         partial = target.with_name(target.name + ".partial")
         with zipfile.ZipFile(package) as archive:
@@ -69,33 +98,94 @@ def _unpacked(package: Path, work_dir: Path) -> Path:
     return src if src.is_dir() else target
 
 
-def _module(module_name: str, py: str | None, work_dir: Path) -> ModuleType:
+def _namespace(key: str, folder: Path) -> str:
+    """The package module ``_pss_code_<key>`` whose modules are found in ``folder``."""
+    name = f"{CODE_NAMESPACE_PREFIX}{key}"
+    if name not in sys.modules:
+        namespace = ModuleType(name, f"the code package {key} (pulsar-state worker)")
+        namespace.__path__ = [str(folder)]
+        namespace.__spec__ = importlib.util.spec_from_loader(name, None, is_package=True)
+        sys.modules[name] = namespace
+    return name
+
+
+def _from_file(name: str, source: Path) -> ModuleType:
+    """The module ``name`` made from the ``.py`` file ``source`` as it is now (no bytecode cache).
+
+    Raises:
+        ConfigurationError: it cannot be read.
+    """
+    try:
+        code = compile(source.read_bytes(), str(source), "exec")
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read {source}: {exc}") from exc
+    module = ModuleType(name)
+    module.__file__ = str(source)
+    module.__spec__ = importlib.util.spec_from_loader(name, None)
+    module.__package__ = name.rpartition(".")[0]  # its relative imports stay in its namespace
+    sys.modules[name] = module  # as an import does: the code may look itself up
+    try:
+        exec(code, module.__dict__)  # the function's own code, as importing runs it
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def _forget_loaded_from(folder: Path, before: set[str]) -> None:
+    """Drop from ``sys.modules`` what was imported just now through ``folder`` on
+    ``sys.path`` (a top-level module or package of the folder, and what is in it)."""
+    root = folder.resolve()
+    for name in set(sys.modules) - before:
+        top = name.split(".", maxsplit=1)[0]
+        if name.startswith(CODE_NAMESPACE_PREFIX) or not (
+            (root / f"{top}.py").is_file() or (root / top).is_dir()
+        ):
+            continue
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if isinstance(file, str) and Path(file).resolve().is_relative_to(root):
+            del sys.modules[name]
+
+
+def _module(module_name: str, py: str | None, work_dir: Path, owner: str) -> ModuleType:
     if py is None:
         return importlib.import_module(module_name)
     package = Path(py.removeprefix("file://")).expanduser()
     if not package.is_file():
         raise ConfigurationError(f"code package {py!r} is not a file on this worker")
-    if package.suffix == ".zip":
-        _on_path(_unpacked(package, work_dir))
-        return importlib.import_module(module_name)
-    if package.suffix != ".py":
+    if package.suffix not in (".py", ".zip"):
         raise ConfigurationError(f"code package {py!r}: a .py file or a .zip")
-    if package.stem != module_name.split(".", maxsplit=1)[0]:
+    if package.suffix == ".py" and package.stem != module_name.split(".", maxsplit=1)[0]:
         raise ConfigurationError(
             f"className's module {module_name!r} is not the file {package.name!r}"
         )
-    _on_path(package.parent)
-    spec = importlib.util.spec_from_file_location(module_name, package)
-    if spec is None or spec.loader is None:
-        raise ConfigurationError(f"cannot load {package}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # the file as it is now (an update may change it)
-    spec.loader.exec_module(module)
-    return module
+    key = _digest(package, owner)
+    folder = _unpacked(package, work_dir, key) if package.suffix == ".zip" else package.parent
+    namespace = _namespace(key, folder)
+    name = f"{namespace}.{module_name}"
+    if name in sys.modules:  # this function's package, loaded already: the same code
+        return sys.modules[name]
+    _first_on_path(folder)
+    before = set(sys.modules)
+    try:
+        if package.suffix == ".py":
+            return _from_file(name, package)
+        importlib.invalidate_caches()  # a folder unpacked just now
+        return importlib.import_module(name)
+    finally:
+        _forget_loaded_from(folder, before)
 
 
-def load_function(class_name: str, py: str | None, work_dir: Path) -> LoadedFunction:
+def load_function(
+    class_name: str, py: str | None, work_dir: Path, *, owner: str = ""
+) -> LoadedFunction:
     """The function ``class_name`` names, ready to call as ``(input, context)``.
+
+    ``owner`` is the function the code is loaded for (its fqn): the module of
+    its package is its own (see the module docstring).
+
+    Returns:
+        its ``process`` (and ``process_message``, ``close``).
 
     Raises:
         ConfigurationError: the package, module or name is not found, or the
@@ -106,7 +196,7 @@ def load_function(class_name: str, py: str | None, work_dir: Path) -> LoadedFunc
         raise ConfigurationError(f"className is module.Class, got {class_name!r}")
     try:
         with _lock:
-            found = getattr(_module(module_name, py, work_dir), attribute)
+            found = getattr(_module(module_name, py, work_dir, owner), attribute)
     except ConfigurationError:
         raise
     except Exception as exc:  # an import error, or the module's own code failing

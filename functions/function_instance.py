@@ -7,7 +7,8 @@ message, as Pulsar's Python runtime does:
 
 1. the input is deserialized (``serde.IdentitySerDe``: text, or a number);
 2. ``process(input, context)`` is called; an exception negatively
-   acknowledges the message (it comes back) and the instance goes on;
+   acknowledges the message (it comes back), is counted as a user exception
+   and the instance goes on;
 3. what ``process`` returns is serialized and sent to the output topic and
    **then** the message is acknowledged (``None``: nothing is sent); a failed
    send negatively acknowledges it. The output carries the input's topic and
@@ -29,6 +30,10 @@ gives it one active consumer per partition, in order.
 
 An instance that cannot start (its code does not load, a topic is refused)
 ends with :attr:`FunctionInstance.error` set; the worker starts it again later.
+What it has done is counted as Pulsar's runtime counts it
+(:attr:`FunctionInstance.counters`, an
+:class:`~pulsar_state.functions.instance_counters.InstanceCounters`): the
+worker publishes the counts for ``pulsar-state functions status``.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from __future__ import annotations
 import base64
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +51,7 @@ from pulsar_state.errors import MessageHeldBackError
 from pulsar_state.functions.function_code import LoadedFunction, load_function
 from pulsar_state.functions.function_spec import FunctionSpec
 from pulsar_state.functions.instance_context import InstanceContext, load_serde
+from pulsar_state.functions.instance_counters import InstanceCounters
 
 __all__ = ["FunctionInstance"]
 
@@ -93,8 +100,8 @@ class FunctionInstance:
         self._started = threading.Event()
         #: why the instance ended by itself (``None`` while it runs or after a stop)
         self.error: str | None = None
-        self.processed = 0
-        self.failures = 0
+        #: what it has done (messages, exceptions), for the worker's status
+        self.counters = InstanceCounters()
         self._thread = threading.Thread(target=self._run, name=f"pss-fn-{self.name}", daemon=True)
 
     def start(self) -> FunctionInstance:
@@ -109,6 +116,11 @@ class FunctionInstance:
     def wait_started(self, timeout_s: float) -> bool:
         """True once subscribed and ready to process (False if it ended or timed out)."""
         return self._started.wait(timeout_s) and self.alive
+
+    def wait_ended(self, timeout_s: float) -> bool:
+        """True once the thread has ended (stopped, or ended by itself)."""
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
 
     def stop(self, timeout_s: float = 60.0) -> None:
         """Finish the current message, close the consumer and producers, close the function."""
@@ -143,7 +155,9 @@ class FunctionInstance:
     def _run(self) -> None:
         consumer = producer = function = None
         try:
-            function = load_function(self.spec.class_name, self.spec.py, self._work_dir)
+            function = load_function(
+                self.spec.class_name, self.spec.py, self._work_dir, owner=self.spec.fqn
+            )
             consumer = self._subscribe()
             if self.spec.output:
                 producer = self._client.create_producer(self.spec.output, block_if_queue_full=True)
@@ -167,6 +181,8 @@ class FunctionInstance:
         self, message: Any, consumer: Any, producer: Any, function: LoadedFunction, serde: Any
     ) -> None:
         at_most_once = self.spec.processing_guarantees == "ATMOST_ONCE"
+        started = time.monotonic()
+        self.counters.on_received()
         if at_most_once:
             consumer.acknowledge(message)
         self.context.message = message
@@ -178,24 +194,39 @@ class FunctionInstance:
             else:
                 output = function.process(value, self.context)
                 properties = _input_properties(message)
-            if output is not None and producer is not None:
-                producer.send(serde.serialize(output), properties=properties)
+        except MessageHeldBackError as exc:  # the kit waits for an earlier message
+            log.debug("instance %s: %s", self.name, exc)
+            self._failed(message, consumer, at_most_once)
+            return
         except Exception as exc:
-            self.failures += 1
-            if isinstance(exc, MessageHeldBackError):
-                log.debug("instance %s: %s", self.name, exc)
-            else:
-                log.warning(
-                    "instance %s: message %s failed: %r", self.name, message.message_id(), exc
-                )
-            if not at_most_once:
-                consumer.negative_acknowledge(message)
+            self.counters.on_user_exception(exc)
+            log.warning("instance %s: message %s failed: %r", self.name, message.message_id(), exc)
+            self._failed(message, consumer, at_most_once)
             return
         finally:
             self.context.message = None
+        try:
+            if output is not None and producer is not None:
+                producer.send(serde.serialize(output), properties=properties)
+        except Exception as exc:
+            self.counters.on_system_exception(exc)
+            log.warning(
+                "instance %s: the output of %s was not sent: %r",
+                self.name,
+                message.message_id(),
+                exc,
+            )
+            self._failed(message, consumer, at_most_once)
+            return
         if not at_most_once:
             consumer.acknowledge(message)
-        self.processed += 1
+        self.counters.on_processed(time.monotonic() - started)
+
+    @staticmethod
+    def _failed(message: Any, consumer: Any, at_most_once: bool) -> None:
+        """A message that failed comes back (not under ``ATMOST_ONCE``: acknowledged already)."""
+        if not at_most_once:
+            consumer.negative_acknowledge(message)
 
     def _close(self, consumer: Any, producer: Any, function: LoadedFunction | None) -> None:
         for what, close in (

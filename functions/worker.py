@@ -21,7 +21,12 @@ time; another takes over when its worker dies):
   ``reconcile_interval_s``, the instances assigned to this worker with the
   ones it runs, starts the missing ones, stops the ones no longer assigned
   (or whose record changed: an update restarts them) and starts again, with
-  a backoff, any that ended by itself.
+  a backoff, any that ended by itself: an assigned instance or one of the
+  group's own functions alike (:class:`~pulsar_state.functions.instance_slot.InstanceSlot`);
+* the **status**: the same thread publishes what this worker runs and each
+  instance's counters into the group's status map
+  (:class:`~pulsar_state.functions.worker_status.WorkerStatusPublisher`),
+  which ``pulsar-state functions status`` reads.
 
 Each instance is a :class:`~pulsar_state.functions.function_instance.FunctionInstance`
 (its own thread, consumer, producer and function object). A worker that stops
@@ -37,7 +42,8 @@ import signal
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,15 +54,15 @@ from pulsar_state.config import StateConfig
 from pulsar_state.errors import PulsarStateError
 from pulsar_state.functions.function_instance import FunctionInstance
 from pulsar_state.functions.function_spec import FunctionSpec
+from pulsar_state.functions.instance_slot import InstanceSlot
 from pulsar_state.functions.scheduler_member import SchedulerMember
 from pulsar_state.functions.worker_config import WorkerConfig
+from pulsar_state.functions.worker_status import WorkerStatusPublisher
 from pulsar_state.map.pulsar_map import PulsarMap
 
 __all__ = ["FunctionWorker", "InstanceStatus", "run_worker", "system_specs"]
 
 log = logging.getLogger(__name__)
-
-_MAX_BACKOFF_S = 30.0
 
 
 def system_specs(config: WorkerConfig) -> list[FunctionSpec]:
@@ -97,19 +103,25 @@ class InstanceStatus:
     instance: str
     version: int
     running: bool
-    processed: int
-    failures: int
     restarts: int
     error: str | None
+    #: :meth:`~pulsar_state.functions.instance_counters.InstanceCounters.snapshot`
+    counters: dict[str, Any] = field(default_factory=dict)
 
+    def published(self, worker_id: str) -> dict[str, Any]:
+        """The instance's entry in the group's status map (``pulsar-admin``'s field names).
 
-@dataclass
-class _Slot:
-    """One assigned instance: the running one, and its restarts."""
-
-    runner: FunctionInstance
-    restarts: int = 0
-    retry_at: float = 0.0
+        Returns:
+            ``version``, ``running``, ``error``, ``numRestarts``, ``workerId`` and the counters.
+        """
+        return {
+            "version": self.version,
+            "running": self.running,
+            "error": self.error or "",
+            "numRestarts": self.restarts,
+            "workerId": worker_id,
+            **self.counters,
+        }
 
 
 def _split(instance: str) -> tuple[str, int]:
@@ -120,18 +132,23 @@ def _split(instance: str) -> tuple[str, int]:
 class FunctionWorker:
     """See the module docstring."""
 
-    def __init__(self, config: WorkerConfig) -> None:
+    def __init__(
+        self, config: WorkerConfig, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.config = config
+        self._clock = clock
         self.worker_id = config.worker_id
         self._work_dir = Path(
             config.work_dir or tempfile.mkdtemp(prefix=f"pss-worker-{config.worker_id}-")
         )
         self._client: pulsar.Client | None = None
-        self._system: list[FunctionInstance] = []
+        #: the group's own functions, by instance id
+        self._system: dict[str, InstanceSlot] = {}
         self._member: SchedulerMember | None = None
         self._records: PulsarMap[str, Any] | None = None
         self._assignments: PulsarMap[str, str] | None = None
-        self._slots: dict[str, _Slot] = {}
+        self._status: WorkerStatusPublisher | None = None
+        self._slots: dict[str, InstanceSlot] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -148,7 +165,7 @@ class FunctionWorker:
         self._client = pulsar.Client(
             config.service_url, logger=client_logger(), **config.client_kwargs()
         )
-        self._system = [self._system_instance(spec) for spec in system_specs(config)]
+        self._start_system()
         topics = config.topics
         reader = StateConfig(ensure_retention=False)  # the group's functions protect them
         self._records = PulsarMap(self._client, topics.metadata, config=reader)
@@ -160,12 +177,34 @@ class FunctionWorker:
             assignment_topic=topics.assignments,
             interval_s=config.heartbeat_interval_s,
         )
+        self._status = self._status_publisher()
         self._thread = threading.Thread(
             target=self._reconcile_loop, name=f"pss-worker-{self.worker_id}", daemon=True
         )
         self._thread.start()
         log.info("worker %s started (group %s)", self.worker_id, config.group)
         return self
+
+    def _status_publisher(self) -> WorkerStatusPublisher | None:
+        """Where this worker publishes its instances' counters; ``None`` (logged) when
+        the status map cannot be opened: the worker runs its instances all the same."""
+        assert self._client is not None
+        config = self.config
+        admin = config.auth.admin_endpoint(config.admin_url) if config.admin_url else None
+        try:
+            return WorkerStatusPublisher(
+                self._client,
+                config.topics.status,
+                self.worker_id,
+                admin=admin,
+                interval_s=config.heartbeat_interval_s,
+                refresh_s=config.member_ttl_s,
+                expire_s=max(60.0, 10 * config.member_ttl_s),
+                clock=self._clock,
+            )
+        except (PulsarStateError, pulsar.PulsarException) as exc:
+            log.warning("worker %s publishes no status: %s", self.worker_id, exc)
+            return None
 
     def _system_instance(self, spec: FunctionSpec) -> FunctionInstance:
         """One of the group's own functions, its consumer named after this worker."""
@@ -179,23 +218,45 @@ class FunctionWorker:
             secrets=self.config.secrets(),
         ).start()
 
+    def _start_system(self) -> None:
+        """Start the group's own functions (each in a slot of its own)."""
+        self._system = {
+            f"{spec.fqn}:0": InstanceSlot(self._system_instance(spec))
+            for spec in system_specs(self.config)
+        }
+
     # -- the runtime manager -----------------------------------------------------------------
 
     def _reconcile_loop(self) -> None:
         while not self._stop.is_set():
-            for i, instance in enumerate(self._system):  # one that ended: start it again
-                if not instance.alive and not self._stop.is_set():
-                    log.warning(
-                        "worker %s restarts %s (%s)", self.worker_id, instance.name, instance.error
-                    )
-                    self._system[i] = self._system_instance(instance.spec)
+            self._restart_system()
             try:
                 self.reconcile()
             except (PulsarStateError, pulsar.PulsarException, TimeoutError) as exc:
                 log.warning("worker %s could not reconcile: %s", self.worker_id, exc)
             except Exception:
                 log.exception("worker %s: reconciling failed", self.worker_id)
+            self._publish_status()
             self._stop.wait(self.config.reconcile_interval_s)
+
+    def _restart_system(self) -> None:
+        """Start again, after its backoff, each of the group's functions that ended."""
+        now = self._clock()
+        for name, slot in list(self._system.items()):
+            if self._stop.is_set():
+                return
+            if slot.restart_due(now):
+                log.warning("worker %s restarts %s", self.worker_id, name)
+                self._system[name] = slot.restarted(self._system_instance(slot.runner.spec))
+
+    def _publish_status(self) -> None:
+        """Publish this worker's instances and their counters (when it is time)."""
+        if self._status is None or self._stop.is_set():
+            return
+        try:
+            self._status.publish({s.instance: s.published(self.worker_id) for s in self.status()})
+        except Exception:  # advisory: never stops the runtime manager
+            log.warning("worker %s could not publish its status", self.worker_id, exc_info=True)
 
     def wanted(self) -> dict[str, FunctionSpec]:
         """Instance id -> spec of every instance assigned to this worker whose record is good."""
@@ -233,27 +294,16 @@ class FunctionWorker:
         with self._lock:
             if self._stop.is_set():
                 return
-            now = time.monotonic()
+            now = self._clock()
             for instance, spec in wanted.items():
                 existing = self._slots.get(instance)
-                if existing is not None and existing.runner.alive:
-                    continue
-                if existing is not None:  # it ended by itself: again, after a backoff
-                    if existing.retry_at == 0.0:
-                        delay = min(2.0**existing.restarts, _MAX_BACKOFF_S)
-                        existing.retry_at = now + delay
-                        log.warning(
-                            "instance %s ended (%s); starting it again in %.0f s",
-                            instance,
-                            existing.runner.error,
-                            delay,
-                        )
-                    if now < existing.retry_at:
-                        continue
+                if existing is not None and not existing.restart_due(now):
+                    continue  # it runs, or ended by itself and waits for its backoff
                 log.info("worker %s starts %s (version %d)", self.worker_id, instance, spec.version)
                 runner = self._runner(spec, _split(instance)[1]).start()
-                restarts = 0 if existing is None else existing.restarts + 1
-                self._slots[instance] = _Slot(runner, restarts)
+                self._slots[instance] = (
+                    InstanceSlot(runner) if existing is None else existing.restarted(runner)
+                )
             self.reconciles += 1
 
     def _runner(self, spec: FunctionSpec, index: int) -> FunctionInstance:
@@ -275,10 +325,9 @@ class FunctionWorker:
                 instance=instance,
                 version=slot.runner.spec.version,
                 running=slot.runner.alive,
-                processed=slot.runner.processed,
-                failures=slot.runner.failures,
                 restarts=slot.restarts,
                 error=slot.runner.error,
+                counters=slot.runner.counters.snapshot(),
             )
             for instance, slot in slots
         ]
@@ -300,10 +349,12 @@ class FunctionWorker:
             slots, self._slots = list(self._slots.values()), {}
         for slot in slots:
             slot.runner.stop()
+        if self._status is not None:
+            self._status.close(remove=leave)
         if self._member is not None:
             self._member.close(leave=leave)
-        for instance in self._system:
-            instance.stop()
+        for system in self._system.values():
+            system.runner.stop()
         for state_map in (self._records, self._assignments):
             if state_map is not None:
                 state_map.close()

@@ -1,6 +1,6 @@
 """A group of ``pulsar-state worker`` processes: its topics and settings, :class:`WorkerConfig`.
 
-Workers of one group share six topics in one namespace, named after the
+Workers of one group share seven topics in one namespace, named after the
 group (``<group>-<part>``), as Pulsar's workers share the topics of
 ``pulsarFunctionsNamespace``:
 
@@ -13,6 +13,7 @@ answers    the metadata manager's answers
 heartbeats the members' heartbeats (the scheduler's input)
 members    the live members (the scheduler's map)
 assignments instance id ``tenant/ns/name:i`` -> member id
+status     each worker's instances and their counters (worker id -> status)
 ========== ===================================================================
 
 ``pulsar-state functions create ...`` names the same group to reach them.
@@ -34,7 +35,7 @@ __all__ = ["DEFAULT_GROUP", "DEFAULT_NAMESPACE", "WorkerConfig", "WorkerTopics"]
 DEFAULT_GROUP = "pss-functions"
 DEFAULT_NAMESPACE = "public/default"
 
-_PARTS = ("metadata", "requests", "answers", "heartbeats", "members", "assignments")
+_PARTS = ("metadata", "requests", "answers", "heartbeats", "members", "assignments", "status")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class WorkerTopics:
     heartbeats: str
     members: str
     assignments: str
+    status: str
 
     @classmethod
     def of(cls, group: str = DEFAULT_GROUP, namespace: str = DEFAULT_NAMESPACE) -> WorkerTopics:

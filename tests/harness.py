@@ -255,6 +255,65 @@ def pulsar_state_cli(
     )
 
 
+def wait_for_metadata_manager(endpoint: PulsarEndpoint, group: str) -> None:
+    """Wait until a worker of ``group`` (in ``public/default``) runs the group's
+    metadata manager: it starts at the latest request, so one sent before is lost."""
+    requests_path = f"public/default/{group}-requests"
+    wait_until(
+        lambda: (
+            endpoint.admin("GET", f"/admin/v2/persistent/{requests_path}/stats")
+            .json()
+            .get("subscriptions", {})
+            .get(f"public/default/{group}-metadata-manager", {})
+            .get("consumers")
+        ),
+        timeout_s=120,
+        interval_s=1,
+        message="the worker's metadata manager subscribed",
+    )
+
+
+@contextlib.contextmanager
+def pulsar_state_worker(
+    endpoint: PulsarEndpoint,
+    group: str,
+    log_path: Path,
+    *,
+    worker_env: dict[str, str] | None = None,
+    member_ttl_s: float = 4.0,
+) -> Iterator[dict[str, str]]:
+    """A ``pulsar-state worker`` process of ``group`` on ``endpoint``, as a user runs it
+    (its output in ``log_path``), ready once its metadata manager listens; yields the
+    environment that names the cluster and the group for ``pulsar-state functions``
+    (:func:`pulsar_state_cli`). ``worker_env``: more variables for the worker only.
+    SIGTERM stops it after the block, which must exit 0 (it stops its instances and
+    leaves the group)."""
+    env = {
+        "PULSAR_SERVICE_URL": endpoint.service_url,
+        "PULSAR_ADMIN_URL": endpoint.admin_url,
+        "PULSAR_STATE_FUNCTIONS_GROUP": group,
+    }
+    command = [str(Path(sys.executable).parent / "pulsar-state"), "-v", "worker"]
+    with log_path.open("w") as log_file:
+        worker = subprocess.Popen(
+            [*command, "--member-ttl", str(member_ttl_s)],
+            env={**os.environ, **env, **(worker_env or {})},
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_for_metadata_manager(endpoint, group)
+            yield env
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            try:
+                assert worker.wait(60) == 0, log_path.read_text()[-4000:]
+            finally:
+                if worker.poll() is None:
+                    worker.kill()
+                    worker.wait(30)
+
+
 def compact_topic(admin_url: str, topic: str, *, timeout_s: float = 90.0) -> None:
     """Compact ``topic`` through the admin API and wait until compaction succeeded."""
     from pulsar_state.cluster.admin import PulsarAdmin  # noqa: PLC0415 - harness imports stay light

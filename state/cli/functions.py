@@ -11,8 +11,11 @@ versions the records: ``update`` changes only the options given, on the
 version it read (``--expected-version`` pins another), and a record changed
 meanwhile is refused as stale (exit 1), as is a ``delete
 --expected-version`` of an old version. ``status`` prints, as ``pulsar-admin
-functions status`` does, each instance with the worker it is assigned to and
-whether that worker is alive (``running``). ``--group`` and
+functions status`` does, each instance's status: the worker it is assigned
+to (``workerId``), ``running`` (that worker is alive and runs it), and the
+counters that worker publishes into the group's status map (``numReceived``,
+``numSuccessfullyProcessed``, ``numUserExceptions``, ``latestUserExceptions``,
+``numSystemExceptions``, ``numRestarts``, ``averageLatency``...). ``--group`` and
 ``--functions-namespace`` name the group (as for ``pulsar-state worker``).
 
 ``querystate`` reads a function's state key, spelled like pulsar-admin's.
@@ -435,8 +438,9 @@ def list_functions(
 @group_options
 @cluster_options
 def status(*, timeout: float, fmt: str, **opts: Any) -> None:
-    """Print where each instance runs, as pulsar-admin's status: numInstances,
-    numRunning, instances (instanceId, status.running, status.workerId)."""
+    """Print each instance's status, as pulsar-admin's: numInstances, numRunning,
+    instances (instanceId, status: running, workerId, numReceived,
+    numSuccessfullyProcessed, numUserExceptions, latestUserExceptions, numRestarts...)."""
     mine, cluster = _split_options(opts)
     fqn = _fqn(mine)
     with _function_admin(cluster, timeout) as admin:
@@ -445,11 +449,7 @@ def status(*, timeout: float, fmt: str, **opts: Any) -> None:
             raise NotFoundExit(f"function {fqn} not found")
         placements = admin.status(fqn)
     instances: list[dict[str, Any]] = [
-        {
-            "instanceId": int(p.instance.rpartition(":")[2]),
-            "status": {"running": p.worker_alive, "workerId": p.worker},
-        }
-        for p in placements
+        {"instanceId": int(p.instance.rpartition(":")[2]), "status": p.status()} for p in placements
     ]
     _echo(
         {

@@ -8,16 +8,12 @@ the instance gives the value the worker has.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pulsar
 import pytest
-from harness import PulsarEndpoint, pulsar_state_cli, unique_name, wait_until
+from harness import PulsarEndpoint, pulsar_state_cli, pulsar_state_worker, unique_name, wait_until
 
 FUNCTION = textwrap.dedent(
     """
@@ -39,34 +35,11 @@ def test_a_secret_comes_from_the_workers_environment_not_the_record(
     output = f"{source}-out"
     code = tmp_path / "tell.py"
     code.write_text(FUNCTION)
-    env = {
-        "PULSAR_SERVICE_URL": pulsar_endpoint.service_url,
-        "PULSAR_ADMIN_URL": pulsar_endpoint.admin_url,
-        "PULSAR_STATE_FUNCTIONS_GROUP": name,
-    }
-    log = (tmp_path / "worker.log").open("w")
-    worker = subprocess.Popen(
-        [str(Path(sys.executable).parent / "pulsar-state"), "-v", "worker", "--member-ttl", "4"],
-        env={**os.environ, **env, "TELL_TOKEN": "s3cret-value"},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
+    with pulsar_state_worker(
+        pulsar_endpoint, name, tmp_path / "worker.log", worker_env={"TELL_TOKEN": "s3cret-value"}
+    ) as env:
         earliest = pulsar.InitialPosition.Earliest
         results = client.subscribe(output, "check", initial_position=earliest)
-        requests_path = f"public/default/{name}-requests"
-        wait_until(
-            lambda: (
-                pulsar_endpoint.admin("GET", f"/admin/v2/persistent/{requests_path}/stats")
-                .json()
-                .get("subscriptions", {})
-                .get(f"public/default/{name}-metadata-manager", {})
-                .get("consumers")
-            ),
-            timeout_s=120,
-            interval_s=1,
-            message="the metadata manager subscribed",
-        )
         refused = pulsar_state_cli(
             "functions", "create", "--name", name, "--py", str(code), "--classname", "tell.Tell",
             "--inputs", source, "--secrets", json.dumps({"token": "eyJ.a.token"}), env=env,
@@ -100,11 +73,3 @@ def test_a_secret_comes_from_the_workers_environment_not_the_record(
         producer.send(b"ping")
         message = results.receive(timeout_millis=120_000)
         assert message.data().decode() == "ping:s3cret-value:None"
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            assert worker.wait(60) == 0
-        finally:
-            if worker.poll() is None:
-                worker.kill()
-            log.close()

@@ -9,17 +9,14 @@ an update restarts it with the new parallelism, a delete stops it.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pulsar
 import pytest
-from harness import PulsarEndpoint, pulsar_state_cli, unique_name, wait_until
+from harness import PulsarEndpoint, pulsar_state_cli, pulsar_state_worker, unique_name, wait_until
 from test_functions_worker import subscription_consumers
 
 from pulsar_state import PulsarMap
@@ -33,42 +30,20 @@ def test_functions_commands_manage_what_the_worker_runs(
     fqn = f"public/default/{name}"
     source = f"persistent://public/default/{name}-in"
     state_topic = f"persistent://public/default/{name}-state"
-    env = {
-        "PULSAR_SERVICE_URL": pulsar_endpoint.service_url,
-        "PULSAR_ADMIN_URL": pulsar_endpoint.admin_url,
-        "PULSAR_STATE_FUNCTIONS_GROUP": name,
-    }
     created = pulsar_endpoint.admin(
         "PUT", f"/admin/v2/persistent/public/default/{name}-in/partitions", json=2
     )
     assert created.status_code in (200, 204), created.text
-    log = (tmp_path / "worker.log").open("w")
-    worker = subprocess.Popen(
-        [str(Path(sys.executable).parent / "pulsar-state"), "-v", "worker", "--member-ttl", "4"],
-        env={**os.environ, **env},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    with pulsar_state_worker(pulsar_endpoint, name, tmp_path / "worker.log") as env:
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return pulsar_state_cli("functions", *args, "--timeout", "60", env=env)
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            return pulsar_state_cli("functions", *args, "--timeout", "60", env=env)
 
-    try:
         py = str(resources.files("pulsar_state.functions") / "wordcount_entry.py")
         user_config = json.dumps({"stateTopic": state_topic, "adminUrl": pulsar_endpoint.admin_url})
         create = ["create", "--name", name, "--py", py, "--classname", "wordcount_entry.WordCount"]
         create += ["--inputs", source, "--output", f"{source}-out", "--parallelism", "2"]
         create += ["--retain-ordering", "--subs-position", "Earliest", "--user-config", user_config]
-        # the worker's metadata manager listens (it starts at the latest request)
-        requests_path = f"public/default/{name}-requests"
-        wait_until(
-            lambda: pulsar_endpoint.admin(
-                "GET", f"/admin/v2/persistent/{requests_path}/stats"
-            ).json()["subscriptions"][f"public/default/{name}-metadata-manager"]["consumers"],
-            timeout_s=120,
-            interval_s=1,
-            message="the metadata manager subscribed",
-        )
         done = cli(*create)
         assert f"Created {fqn} (version 0)" in done.stdout, done.stderr
         again = cli(*create)
@@ -125,11 +100,3 @@ def test_functions_commands_manage_what_the_worker_runs(
         )
         assert cli("status", "--name", name).returncode == 3
         assert json.loads(cli("list", "--output", "json").stdout) == []
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            assert worker.wait(60) == 0
-        finally:
-            if worker.poll() is None:
-                worker.kill()
-            log.close()
