@@ -195,29 +195,19 @@ def hold_past_gap(
 ) -> None:
     """Hold the record of ``gap`` in ``gate`` until the missing records are written:
     :meth:`~pulsar_state.scheduling.in_order.InOrderGate.hold_gap` (raises
-    MessageHeldBackError; returns once the gap was waited out), asking ``redeliver``
-    again and again, with the gate's backoff, until the partition flows.
+    MessageHeldBackError; returns once the gap was waited out).
 
-    The gate asks once per round and starts the next round only when another
-    record of the partition is held. A request the broker ignores, made while
-    it still waits to rewind after the failover ("consumer is waiting for
-    cursor to be rewinded"), left the partition still for the runtime's
-    negative-ack delay (60 s, seen on the broker when nothing else came). Each
-    request is therefore followed by the next until the gate's floor is lifted,
-    or ``closed()``.
+    The gate asks ``redeliver`` at once, then again with its backoff until its
+    floor is lifted or it is closed: a request the broker ignores, made while it
+    still waits to rewind after the failover ("consumer is waiting for cursor to
+    be rewinded"), is followed by the next one (it used to leave the partition
+    still for the runtime's 60 s negative-ack delay when nothing else came).
+    ``closed`` is no longer needed for that: the gate's ``close`` stops the requests.
     """
-    topic = gap.topic
-    again: Callable[[], None] | None = None
-    if redeliver is not None:
-        ask = redeliver
-
-        def again() -> None:
-            ask()
-            floor = gate.floor(topic)
-            if floor is not None and not closed():
-                gate.failed(topic, floor, again)
-
-    gate.hold_gap(topic, gap.position, gap.stored, again, done_batch_size=gap.stored_batch_size)
+    del closed  # the gate stops asking when it is closed
+    gate.hold_gap(
+        gap.topic, gap.position, gap.stored, redeliver, done_batch_size=gap.stored_batch_size
+    )
 
 
 class SqlUpsertSink:

@@ -60,8 +60,12 @@ function's details, :func:`~pulsar_state.scheduling.in_order.processing_guarante
   nacks it and goes on with the next one, so the kit holds every later message
   of that partition back (raises
   :class:`~pulsar_state.errors.MessageHeldBackError`, the runtime nacks it too)
-  until the failed one is redelivered and succeeds, and asks for that
-  redelivery with a backoff (:mod:`pulsar_state.scheduling.in_order`). A
+  until the failed one is redelivered and succeeds. It asks the input's
+  consumer for that redelivery itself (``context.consumers``, which Pulsar's
+  runtime and ``pulsar-state worker`` both give): at once, then again with a
+  backoff while the message is still missing (:attr:`StatefulFunction.redeliveries`;
+  :mod:`pulsar_state.scheduling.in_order`), not waiting for the client's 60 s
+  negative-ack delay. A
   message that always fails therefore stops its partition (visible as user
   exceptions in ``functions status``) rather than being lost.
 * ``ATMOST_ONCE``: Pulsar's runtime acknowledges each message on receipt, so a
@@ -377,6 +381,12 @@ class StatefulFunction(Function):  # type: ignore[misc]
     def skipped(self) -> int:
         """Failed messages let go under ``ATMOST_ONCE`` (none under the others)."""
         return self._gate.skipped
+
+    @property
+    def redeliveries(self) -> int:
+        """Redeliveries the kit asked of the input's consumer for failed or missing
+        messages (:class:`~pulsar_state.scheduling.in_order.InOrderGate`)."""
+        return self._gate.redeliveries
 
     def handle(self, input: Any, state: FunctionState, context: Any) -> Any:
         raise NotImplementedError

@@ -11,13 +11,23 @@ the failed message as already done: a lost update.
 :class:`InOrderGate` keeps, per input partition, the position of the first
 message that failed (its *floor*). Every later message of that partition is
 refused (:class:`~pulsar_state.errors.MessageHeldBackError`, so the runtime
-nacks it too) until the failed one comes back and succeeds. The gate also asks
-the input's consumer to redeliver, after a backoff (0.5 s doubling to 30 s):
-on a failover subscription (``retainOrdering``) the client then rewinds to the
-first unacknowledged message, so the partition comes back in order without
-waiting for the nack delay. A floor is dropped once the recorded position
-reaches it (the message was done, by this instance or by another one that had
-the partition meanwhile).
+nacks it too) until the failed one comes back and succeeds. A floor is dropped
+once the recorded position reaches it (the message was done, by this instance
+or by another one that had the partition meanwhile).
+
+Nothing else brings the held messages back soon: the client redelivers a
+negative ack after its delay (60 s in both runtimes the kits support), and an
+ack timeout is off unless the function sets one. So the gate asks the input's
+consumer to redeliver (``redeliver_unacknowledged_messages``, found in the
+context's ``consumers``, :func:`redeliver_function`): at once when it learns a
+message is missing, then again after 0.5 s, doubling to 30 s, for as long as the
+floor stands (:attr:`InOrderGate.redeliveries` counts the requests). On a
+failover subscription (``retainOrdering``) the broker then rewinds to the first
+unacknowledged message and the partition comes back in order. Asking again
+matters: a request the broker ignores (made while it still waits to rewind
+after a failover, "consumer is waiting for cursor to be rewinded") used to be
+the only one, the held messages already delivered and nacked, and nothing else
+coming: the partition stood still for the negative-ack delay.
 
 A takeover is the other way past a message. When a failover subscription's
 active consumer goes away (a killed instance), the broker hands the partition
@@ -28,7 +38,7 @@ Seen in a clean-clone run: the instance taking over recorded 421:27 over
 421:14, then skipped 421:15-26 as done (six words lost of the word count).
 :meth:`InOrderGate.hold_gap` refuses a message the positions prove is not the
 next one after the recorded position (:func:`first_missing`: entry ids of one
-ledger are contiguous) and asks for the redelivery, for up to ``gap_wait_s``;
+ledger are contiguous) and asks for the redelivery (as above), for up to ``gap_wait_s``;
 a gap still open then (a message the subscription will not deliver: expired,
 skipped, a marker) is passed with a warning, counted in ``gaps_passed``.
 
@@ -259,6 +269,7 @@ class InOrderGate:
         self._floors: dict[str, Position] = {}
         self._failures: dict[str, int] = {}
         self._timers: dict[str, threading.Timer] = {}
+        self._closed = False
         #: per partition: the missing message a takeover waits for, since when
         self._gaps: dict[str, tuple[Position, float]] = {}
         #: messages refused because an earlier one of their partition had failed
@@ -267,6 +278,8 @@ class InOrderGate:
         self.gaps_passed = 0
         #: failed messages let go under ``ATMOST_ONCE``
         self.skipped = 0
+        #: redeliveries asked of a consumer (at once, then with the backoff)
+        self.redeliveries = 0
 
     def floor(self, topic: str) -> Position | None:
         """The first failed, not yet done, message of ``topic``."""
@@ -386,26 +399,26 @@ class InOrderGate:
     def failed(
         self, topic: str, position: Position, redeliver: Callable[[], None] | None
     ) -> float | None:
-        """``position`` of ``topic`` failed: hold later messages, ask for a redelivery.
+        """``position`` of ``topic`` failed (or is missing): hold later messages and
+        ask ``redeliver`` for it, at once, then again with the backoff while the
+        floor stands (see the module docstring).
 
-        Returns the delay of the redelivery it scheduled; ``None`` when one is
-        already pending (copies of the message failing again before it fires do
-        not lengthen the backoff) or there is no consumer to ask.
+        Returns the delay of the request it scheduled (``0.0``: at once); ``None``
+        when one is already pending (copies of the message failing again before
+        it is made do not lengthen the backoff), the gate is closed or there is
+        no consumer to ask.
         """
         with self._lock:
             floor = self._floors.get(topic)
             if floor is None or position < floor:
                 self._floors[topic] = position
-            if redeliver is None or topic in self._timers:
-                return None
-            attempt = self._failures.get(topic, 0)
-            self._failures[topic] = attempt + 1
-            delay: float = min(self.first_retry_s * 2.0**attempt, self.max_retry_s)
-            timer = threading.Timer(delay, self._redeliver, (topic, redeliver))
-            timer.daemon = True
-            self._timers[topic] = timer
+            scheduled = None if redeliver is None else self._schedule(topic, redeliver)
+        if scheduled is None:
+            return None
+        timer, delay, attempt = scheduled
         log.warning(
-            "%s: message %s failed (round %d); later messages held, redelivery in %.1f s",
+            "%s: message %s failed or is missing (round %d); later messages held, "
+            "redelivery asked in %.1f s",
             topic,
             position,
             attempt + 1,
@@ -414,16 +427,48 @@ class InOrderGate:
         timer.start()
         return delay
 
+    def _schedule(
+        self, topic: str, redeliver: Callable[[], None]
+    ) -> tuple[threading.Timer, float, int] | None:
+        """The next request for ``topic`` (with ``self._lock`` held): at once the
+        first time, then ``first_retry_s`` doubling to ``max_retry_s``.
+
+        Returns the timer (not started), its delay and the round; ``None`` when a
+        request is pending or the gate is closed.
+        """
+        if self._closed or topic in self._timers:
+            return None
+        attempt = self._failures.get(topic, 0)
+        self._failures[topic] = attempt + 1
+        delay = 0.0 if attempt == 0 else self.first_retry_s * 2.0 ** (attempt - 1)
+        delay = min(delay, self.max_retry_s)
+        timer = threading.Timer(delay, self._redeliver, (topic, redeliver))
+        timer.daemon = True
+        self._timers[topic] = timer
+        return timer, delay, attempt
+
     def _redeliver(self, topic: str, redeliver: Callable[[], None]) -> None:
+        """Ask for the redelivery; while the floor stands, schedule the next request."""
         with self._lock:
             self._timers.pop(topic, None)
+            if self._closed or topic not in self._floors:
+                return
+            self.redeliveries += 1
         try:
             redeliver()
-        except Exception as exc:  # the negative-ack delay still brings it back
+        except Exception as exc:  # the next request (or the negative-ack delay) brings it back
             log.warning("%s: could not ask for a redelivery: %s", topic, exc)
+        with self._lock:
+            scheduled = self._schedule(topic, redeliver) if topic in self._floors else None
+        if scheduled is not None:
+            timer, delay, _ = scheduled
+            log.info("%s: still held; redelivery asked again in %.1f s", topic, delay)
+            timer.start()
 
     def close(self) -> None:
+        """Cancel the pending requests; no more are made."""
         with self._lock:
+            self._closed = True
             timers, self._timers = list(self._timers.values()), {}
         for timer in timers:
             timer.cancel()

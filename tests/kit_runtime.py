@@ -51,6 +51,26 @@ class InstanceSpec:
     #: the input whose ``handle`` raises, the first time
     fail_on: str | None = None
     user_config: dict[str, Any] = field(default_factory=dict)
+    #: the consumer's negative-ack redelivery delay (Pulsar's runtime: 60 s)
+    nack_delay_ms: int = 60_000
+    #: how many of the kit's first redelivery requests go unanswered (as the
+    #: broker ignores one made while it waits to rewind after a failover)
+    ignored_redeliveries: int = 0
+
+
+class _AskedConsumer:
+    """The input consumer as the kit finds it in ``context.consumers``: counts the
+    redeliveries it is asked for, and drops the first ``ignored`` of them."""
+
+    def __init__(self, consumer: Any, ignored: int) -> None:
+        self._consumer = consumer
+        self.ignored = ignored
+        self.asked = 0
+
+    def redeliver_unacknowledged_messages(self) -> None:
+        self.asked += 1
+        if self.asked > self.ignored:
+            self._consumer.redeliver_unacknowledged_messages()
 
 
 class CountAndEcho(StatefulFunction):
@@ -113,6 +133,7 @@ def run_instance(spec: InstanceSpec, ready: Any, paused: Any, stop: Any, results
         consumer_type=pulsar.ConsumerType.Failover,
         initial_position=pulsar.InitialPosition.Earliest,
         consumer_name=spec.name,
+        negative_ack_redelivery_delay_ms=spec.nack_delay_ms,
     )
     # as Pulsar's runtime makes its output producer
     producer = client.create_producer(
@@ -123,7 +144,8 @@ def run_instance(spec: InstanceSpec, ready: Any, paused: Any, stop: Any, results
         send_timeout_millis=0,
     )
     function = CountAndEcho(spec.fail_on)
-    context = _context(spec, client, consumer)
+    asked = _AskedConsumer(consumer, spec.ignored_redeliveries)
+    context = _context(spec, client, asked)
     at_most_once = spec.guarantee == "ATMOST_ONCE"
     ready.set()
     while not stop.is_set():
@@ -171,6 +193,8 @@ def run_instance(spec: InstanceSpec, ready: Any, paused: Any, stop: Any, results
             "skipped": function.skipped,
             "duplicates": function.duplicates,
             "outputs_expired": function.outputs_expired,
+            "redeliveries": function.redeliveries,
+            "asked": asked.asked,
         }
     )
     results.close()

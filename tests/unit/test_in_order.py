@@ -55,19 +55,41 @@ def test_the_earliest_failure_is_the_floor() -> None:
     assert gate.floor(T) == pos(3)
 
 
-def test_redelivery_is_asked_with_a_backoff() -> None:
-    asked = threading.Event()
-    gate = InOrderGate(first_retry_s=0.05)
-    assert gate.failed(T, pos(2), asked.set) == 0.05
-    assert gate.failed(T, pos(2), asked.set) is None  # a copy failing while one is pending
-    assert asked.wait(5), "the consumer was asked to redeliver"
-    deadline = time.monotonic() + 5  # the fired timer forgets itself just after
-    while (second := gate.failed(T, pos(2), asked.set)) is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert second == 0.1, "the next round waits twice as long"
+def test_redelivery_is_asked_at_once_then_again_while_the_message_is_missing() -> None:
+    """The first request at once; while the floor stands, again with the backoff
+    (nothing else needs to fail or be held); none after the floor is lifted."""
+    asked = threading.Semaphore(0)
+    gate = InOrderGate(first_retry_s=0.01, max_retry_s=0.02)
+    calls = [0]
+
+    def ask() -> None:
+        calls[0] += 1
+        if calls[0] == 4:
+            gate.done(T, pos(2))  # the message came back and was done
+        asked.release()
+
+    assert gate.failed(T, pos(2), ask) == 0.0, "asked at once"
+    assert gate.failed(T, pos(2), ask) is None  # a copy failing while one is pending
+    for _ in range(4):
+        assert asked.acquire(timeout=5), "asked again while the message was missing"
+    assert gate.redeliveries == 4
+    assert gate.floor(T) is None
+    assert not gate._timers, "no more requests once the floor is lifted"
     gate.close()
-    assert gate.failed(T.replace("-0", "-1"), pos(2), asked.set) == 0.05  # per partition
+
+
+def test_the_backoff_doubles_to_its_cap_and_a_closed_gate_asks_no_more() -> None:
+    gate = InOrderGate(first_retry_s=0.5, max_retry_s=30)
+    delays = []
+    for _ in range(9):
+        with gate._lock:
+            gate._timers.clear()  # as if the last request had been made
+            scheduled = gate._schedule(T, lambda: None)
+        assert scheduled is not None
+        delays.append(scheduled[1])
+    assert delays == [0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
     gate.close()
+    assert gate.failed(T.replace("-0", "-1"), pos(2), lambda: None) is None, "closed"
 
 
 def test_the_consumer_of_the_partition_is_found() -> None:
