@@ -10,8 +10,11 @@ the way Pulsar itself knows a client is: a consumer connected on the session's
 own subscription of ``<topic>-pss-sessions``. Every store checks, every
 ``session_check_interval_s``, the owners of ephemeral nodes against the
 broker's list of connected consumers; an owner that has had none for
-``session_timeout_s`` is dead and its ephemeral nodes are deleted (by one
-compare-and-set write, which any number of checkers may race to make).
+``session_timeout_s`` is dead and its ephemeral nodes are deleted (each write
+deletes those still there, so any number of checkers may race to make it; a
+session with more nodes than one write can carry loses them over several
+writes, each as large as ``max_ops_per_write`` and ``max_write_bytes`` allow:
+the session is dead, so nothing can make them again in between).
 
 Bound: a process that dies or closes its connection (``kill -9`` included: the
 kernel closes its sockets) loses its nodes within ``session_timeout_s +
@@ -56,6 +59,7 @@ from pulsar_state import forks
 from pulsar_state.cluster.endpoint import AdminEndpoint, resolve_admin
 from pulsar_state.config import DEFAULT_COMPACTION_THRESHOLD_BYTES, StateConfig
 from pulsar_state.core import futures
+from pulsar_state.core.log.format import MESSAGE_OVERHEAD_BYTES
 from pulsar_state.core.log.tailer import AppliedWrite
 from pulsar_state.core.manager import SharedStateManager
 from pulsar_state.errors import (
@@ -456,12 +460,8 @@ class MetadataStore(BaseMetadataStore):
                 self._lease_until = max(self._lease_until, asked + self.session_timeout_s)
 
     def _expire(self, owner: str) -> None:
-        """Delete every ephemeral node of a dead session (one atomic write)."""
-
-        def gen(tree: MetadataTree) -> list[MetaOp]:
-            return [tree.plan_delete(p, None) for p in tree.ephemeral_of(owner)]
-
-        self.manager.write(gen).result(timeout=self.manager.config.operation_timeout_s)
+        """Delete every ephemeral node of a dead session."""
+        self._delete_ephemeral(owner)
         log.info("expired session %s on %s", owner, self.manager.topic)
         admin = self.manager.admin
         if admin is not None:
@@ -499,7 +499,34 @@ class MetadataStore(BaseMetadataStore):
         self._stop_dispatcher()
 
     def _expire_own(self) -> None:
-        def gen(tree: MetadataTree) -> list[MetaOp]:
-            return [tree.plan_delete(p, None) for p in tree.ephemeral_of(self.session_id)]
+        self._delete_ephemeral(self.session_id)
 
-        self.manager.write(gen).result(timeout=self.manager.config.operation_timeout_s)
+    def _delete_ephemeral(self, owner: str) -> None:
+        """Delete ``owner``'s ephemeral nodes: in one write when they fit, else
+        in as many writes as they need, each as large as the limits allow.
+
+        The owner's session is over (dead, or this store closing), so no node
+        of it is made in between; each write's generator deletes the nodes
+        still there, so checkers racing to expire it do no harm.
+        """
+        config = self.manager.config
+        budget = config.max_write_bytes // 2  # room for the write's own messages
+
+        def gen(tree: MetadataTree) -> list[MetaOp]:
+            ops: list[MetaOp] = []
+            size = 0
+            for path in tree.ephemeral_of(owner):
+                cost = len(path.encode()) + MESSAGE_OVERHEAD_BYTES
+                if ops and (size + cost > budget or len(ops) >= config.max_ops_per_write):
+                    break
+                ops.append(tree.plan_delete(path, None))
+                size += cost
+            return ops
+
+        left = self.manager.read(lambda tree: len(tree.ephemeral_of(owner))).result()
+        # each write deletes at least one node; no more writes than nodes, plus one
+        for _ in range(left + 1):
+            self.manager.write(gen).result(timeout=config.operation_timeout_s)
+            if not self.manager.read(lambda tree: bool(tree.ephemeral_of(owner))).result():
+                return
+        raise PulsarStateError(f"the ephemeral nodes of session {owner} keep coming back")

@@ -200,3 +200,24 @@ def test_a_lock_whose_node_survived_the_session_loss_is_kept(
     assert events == [LockEvent.SESSION_LOST, LockEvent.REASSERTED]
     assert lock.fencing_token == token and lock.owns(store.get(f"{base}/lone").result(30))
     coord.close()
+
+
+def test_a_dead_session_with_more_nodes_than_one_write_carries_loses_them_all(
+    stores: Callable[[StateConfig], BaseMetadataStore], base: str
+) -> None:
+    """35 ephemeral nodes, at most 10 ops a write: the checker deletes them over
+    several writes. Before, it tried one write of 35 deletes, which the write
+    limits refuse, on every check: the dead session's nodes (its locks) stayed
+    for ever (with the default limits, from about 35,000 nodes)."""
+    config = StateConfig(max_ops_per_write=10)
+    holder, checker = stores(config), stores(config)
+    assert isinstance(holder, MetadataStore)
+    for i in range(35):
+        holder.put(f"{base}/e{i:02d}", b"x", ephemeral=True).result(30)
+    assert len(checker.get_children(base, latest=True).result(30)) == 35
+    holder._session.close()  # its session consumer gone, as when its connection is cut
+    wait_until(
+        lambda: checker.get_children(base, latest=True).result(30) == [],
+        timeout_s=60,
+        message="the dead session's 35 ephemeral nodes deleted",
+    )
