@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import faulthandler
 import gc
-import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
@@ -53,7 +52,9 @@ def try_inherited(
     calls: dict[str, Callable[[], Any]], conn: Connection, hang_s: float = 25.0
 ) -> None:
     """In a forked child: run each call on objects made by the parent; report what
-    each raised (class name, message, seconds taken) through ``conn``.
+    each raised (class name, message, and where: ``"call"`` when the call itself
+    raised, ``"future"`` when the future it returned failed, ``"returned"`` when
+    nothing failed) through ``conn``.
 
     A call that returns a future is waited on for at most 10 s, so that a call
     that does not fail at once shows up as a timeout, not as a hang of the test;
@@ -61,17 +62,18 @@ def try_inherited(
     """
     # a hang shows where: every thread's stack on stderr, then the child exits
     faulthandler.dump_traceback_later(hang_s, exit=True)
-    outcomes: dict[str, tuple[str, str, float]] = {}
+    outcomes: dict[str, tuple[str, str, str]] = {}
     for name, call in calls.items():
-        started = time.monotonic()
+        where = "call"
         try:
             result = call()
             if hasattr(result, "result"):
+                where = "future"
                 result = result.result(timeout=10)
         except BaseException as exc:
-            outcomes[name] = (type(exc).__name__, str(exc), time.monotonic() - started)
+            outcomes[name] = (type(exc).__name__, str(exc), where)
         else:
-            outcomes[name] = ("returned", repr(result)[:200], time.monotonic() - started)
+            outcomes[name] = ("returned", repr(result)[:200], "returned")
         conn.send({name: outcomes[name]})
     conn.send(None)
     conn.close()

@@ -74,7 +74,7 @@ def test_processes_incrementing_one_key_lose_nothing_under_every_start_method(
     print(f"{start_method}: {workers}x{times} increments in {elapsed:.1f}s")
 
 
-def _run_in_forked_child(calls: dict[str, Callable[[], Any]]) -> dict[str, tuple[str, str, float]]:
+def _run_in_forked_child(calls: dict[str, Callable[[], Any]]) -> dict[str, tuple[str, str, str]]:
     """Run ``calls`` in a forked child; what each raised, or fail if the child hangs."""
     ctx = multiprocessing.get_context("fork")
     receiver, sender = ctx.Pipe(duplex=False)
@@ -85,7 +85,7 @@ def _run_in_forked_child(calls: dict[str, Callable[[], Any]]) -> dict[str, tuple
     child = ctx.Process(target=try_inherited, args=(calls, sender))
     child.start()
     sender.close()
-    outcomes: dict[str, tuple[str, str, float]] = {}
+    outcomes: dict[str, tuple[str, str, str]] = {}
     deadline = time.monotonic() + CHILD_BOUND_S
     try:
         while True:
@@ -131,10 +131,11 @@ def test_a_map_made_before_fork_fails_at_once_in_the_child(
                 "close": m.close,
             }
         )
-        for call, (kind, message, seconds) in outcomes.items():
+        for call, (kind, message, where) in outcomes.items():
             assert kind == "ForkedProcessError", f"{call}: {kind}: {message}"
             assert "fork" in message and "in this process" in message, message
-            assert seconds < 1.0, f"{call} took {seconds:.1f}s to fail"
+            # at the call, before anything is sent or waited for (not through a future)
+            assert where == "call", f"{call} failed through its {where}"
         assert issubclass(ForkedProcessError, StateClosedError)
         # the child touched nothing of the parent's: the parent's map still works
         assert m.update("k", lambda v: (v or 0) + 1).result(30) == 2
@@ -158,10 +159,10 @@ def test_a_client_used_before_fork_is_refused_in_the_child(
                 ),
             }
         )
-        kind, message, seconds = outcomes["new map on the inherited client"]
+        kind, message, where = outcomes["new map on the inherited client"]
         assert kind == "ForkedProcessError", f"{kind}: {message}"
         assert "pulsar.Client" in message, message
-        assert seconds < 1.0
+        assert where == "call"
         assert m.get("k", latest=True).result(30) == 1
     finally:
         m.close()
@@ -183,9 +184,9 @@ def test_a_metadata_store_made_before_fork_fails_at_once_in_the_child(
                 "close": store.close,  # must not touch the parent's session
             }
         )
-        for call, (kind, message, seconds) in outcomes.items():
+        for call, (kind, message, where) in outcomes.items():
             assert kind == "ForkedProcessError", f"{call}: {kind}: {message}"
-            assert seconds < 1.0, f"{call} took {seconds:.1f}s to fail"
+            assert where == "call", f"{call} failed through its {where}"
         # the parent's store, and its session, still work
         store.put("/e", b"4", ephemeral=True).result(30)
         got = store.get("/a", latest=True).result(30)
