@@ -8,6 +8,18 @@ is sent, so the answer cannot be missed). The manager checks the config and
 the version: an update or delete with an ``expectedVersion`` that is not the
 current one is refused as stale, as Pulsar's worker refuses it.
 
+**Code is uploaded**: a config whose ``py`` is a local file (``create``,
+``update``) has the file's bytes put into the group's package store first
+(:class:`~pulsar_state.functions.package_store.PackageStore`, the group's
+``packages`` topic, by sha256; a file over
+:data:`~pulsar_state.functions.package_manifest.MAX_PACKAGE_BYTES` is refused
+before anything is written), and the record names ``package:
+pss://sha256/<hex>`` with ``py`` the file's name: workers fetch it by digest,
+none needs to see the file. A ``py`` given as ``file://PATH`` (a shared
+filesystem) or an ``http(s)://`` URL is recorded as it is (``upload=False``
+records every ``py`` as it is); a config that already names a ``package`` is
+not uploaded again.
+
 Reads need no worker: the records, the assignment, the members and the
 workers' status (:mod:`~pulsar_state.functions.worker_status`) are
 ``PulsarMap`` s on the group's topics, read here directly
@@ -20,12 +32,16 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pulsar
 
+from pulsar_state.cluster.endpoint import AdminEndpoint
 from pulsar_state.config import StateConfig
-from pulsar_state.errors import OperationTimeoutError, PulsarStateError
+from pulsar_state.errors import ConfigurationError, OperationTimeoutError, PulsarStateError
+from pulsar_state.functions.package_manifest import check_size, valid_file_name
+from pulsar_state.functions.package_store import PackageStore, protect_packages
 from pulsar_state.functions.worker_config import WorkerTopics
 from pulsar_state.map.pulsar_map import PulsarMap
 
@@ -92,10 +108,65 @@ def _alive(record: Any, now_ms: int) -> bool:
 class FunctionAdmin:
     """Create, update, delete, get, list and place the functions of a worker group."""
 
-    def __init__(self, client: pulsar.Client, topics: WorkerTopics, *, timeout_s: float = 30.0):
+    def __init__(
+        self,
+        client: pulsar.Client,
+        topics: WorkerTopics,
+        *,
+        timeout_s: float = 30.0,
+        upload: bool = True,
+        admin: AdminEndpoint | None = None,
+    ):
+        """``upload``: put a local ``py`` file into the group's package store (see the
+        module docstring); ``admin``: protects the store's topic on the first upload."""
         self._client = client
         self.topics = topics
         self.timeout_s = timeout_s
+        self.upload_code = upload
+        self._admin = admin
+        self._protected = False
+
+    # -- code packages ------------------------------------------------------------------------
+
+    def upload(self, path: str | Path) -> dict[str, str]:
+        """Put the file ``path`` (a ``.py`` or ``.zip``) into the group's package store.
+
+        Returns:
+            the record's code fields: ``py`` (the file's name) and ``package``
+            (``pss://sha256/<hex>``).
+
+        Raises:
+            ConfigurationError: not a readable ``.py``/``.zip`` file, or over the size
+                limit (``PackageTooLargeError``; nothing is written).
+        """
+        file = Path(path).expanduser()
+        if not valid_file_name(file.name):
+            raise ConfigurationError(f"code package {str(path)!r}: a .py file or a .zip")
+        try:
+            check_size(file.stat().st_size, str(path))
+            data = file.read_bytes()
+        except OSError as exc:
+            raise ConfigurationError(f"cannot read code package {str(path)!r}: {exc}") from exc
+        if self._admin is not None and not self._protected:
+            protect_packages(self._admin, self.topics.packages)
+            self._protected = True
+        store = PackageStore(self._client, self.topics.packages, timeout_s=self.timeout_s)
+        manifest = store.upload(data, str(path))
+        return {"py": file.name, "package": manifest.url}
+
+    def _with_code(self, config: dict[str, Any]) -> dict[str, Any]:
+        """``config`` with a local ``py`` file uploaded (see the module docstring)."""
+        py = config.get("py")
+        if not self.upload_code or "package" in config or not isinstance(py, str) or not py:
+            return config
+        if py.startswith(("file://", "http://", "https://")):
+            return config
+        if "://" in py:
+            raise ConfigurationError(
+                f"code package {py!r}: give a file (uploaded into the group's package store), "
+                "file://PATH on a filesystem every worker shares, or an http(s):// URL"
+            )
+        return {**config, **self.upload(py)}
 
     # -- writes, through the metadata manager -----------------------------------------------
 
@@ -134,25 +205,29 @@ class FunctionAdmin:
         )
 
     def create(self, fqn: str, config: dict[str, Any]) -> dict[str, Any]:
-        """Record a new function; its record (version 0).
+        """Record a new function (its local ``py`` file uploaded first); its record (version 0).
 
         Raises:
             FunctionRequestError: it exists, or the config is refused.
+            ConfigurationError: its ``py`` file cannot be uploaded (unreadable, too large).
             OperationTimeoutError: no answer.
         """
+        config = self._with_code(config)
         return dict(self.request({"op": "create", "fqn": fqn, "config": config})["record"])
 
     def update(
         self, fqn: str, config: dict[str, Any], expected_version: int | None = None
     ) -> dict[str, Any]:
-        """Replace a function's config; its new record. With ``expected_version``,
-        refused unless that is the current version (a stale update).
+        """Replace a function's config (its local ``py`` file uploaded first); its new
+        record. With ``expected_version``, refused unless that is the current version
+        (a stale update).
 
         Raises:
             FunctionRequestError: not found, stale, or the config is refused.
+            ConfigurationError: its ``py`` file cannot be uploaded (unreadable, too large).
             OperationTimeoutError: no answer.
         """
-        request: dict[str, Any] = {"op": "update", "fqn": fqn, "config": config}
+        request: dict[str, Any] = {"op": "update", "fqn": fqn, "config": self._with_code(config)}
         if expected_version is not None:
             request["expectedVersion"] = expected_version
         return dict(self.request(request)["record"])

@@ -10,6 +10,10 @@ from the code package (``py``):
 * none: the module is imported from the worker's own ``sys.path`` (the
   packaged functions, ``pulsar_state.functions...``).
 
+An uploaded package (``package: pss://sha256/<hex>``) or a ``py`` URL is first
+fetched into the worker's package cache
+(:mod:`~pulsar_state.functions.package_cache`); this module loads the local file.
+
 **Each function's code loads in its own namespace.** Pulsar runs each instance
 in its own process; a worker here runs many functions in one, and a module
 name (``wordcount``) of one function's package must not give another
@@ -40,8 +44,10 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import shutil
 import sys
 import threading
+import uuid
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -90,10 +96,17 @@ def _unpacked(package: Path, work_dir: Path, key: str) -> Path:
     """The folder holding a ``.zip`` package's modules (unpacked once per content)."""
     target = work_dir / f"{package.stem}-{key}"
     if not target.exists():
-        partial = target.with_name(target.name + ".partial")
+        # a folder of its own, renamed into place: another process unpacking the
+        # same package at once (a shared work folder) keeps the one renamed first
+        partial = target.with_name(f"{target.name}.partial-{uuid.uuid4().hex}")
         with zipfile.ZipFile(package) as archive:
             archive.extractall(partial)
-        partial.rename(target)
+        try:
+            partial.rename(target)
+        except OSError:
+            if not target.is_dir():
+                raise
+            shutil.rmtree(partial, ignore_errors=True)
     src = target / package.stem / "src"
     return src if src.is_dir() else target
 

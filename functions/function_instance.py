@@ -28,6 +28,10 @@ function split the partitions of a failover subscription between them.
 Effectively once is the function's business (the stateful kit): the runtime
 gives it one active consumer per partition, in order.
 
+The code is the spec's ``py``, or its uploaded ``package`` fetched into the
+worker's :class:`~pulsar_state.functions.package_cache.PackageCache`; a
+package that cannot be fetched or is refused (its bytes are not what its
+sha256 name says) is counted as a system exception and never run.
 An instance that cannot start (its code does not load, a topic is refused)
 ends with :attr:`FunctionInstance.error` set; the worker starts it again later.
 What it has done is counted as Pulsar's runtime counts it
@@ -47,11 +51,12 @@ from typing import Any
 
 import pulsar
 
-from pulsar_state.errors import MessageHeldBackError
+from pulsar_state.errors import ConfigurationError, MessageHeldBackError, PulsarStateError
 from pulsar_state.functions.function_code import LoadedFunction, load_function
 from pulsar_state.functions.function_spec import FunctionSpec
 from pulsar_state.functions.instance_context import InstanceContext, load_serde
 from pulsar_state.functions.instance_counters import InstanceCounters
+from pulsar_state.functions.package_cache import PackageCache
 
 __all__ = ["FunctionInstance"]
 
@@ -84,7 +89,10 @@ class FunctionInstance:
         work_dir: Path,
         consumer_name: str | None = None,
         secrets: dict[str, str] | None = None,
+        packages: PackageCache | None = None,
     ) -> None:
+        """``packages``: where an uploaded package (``spec.package``) or a ``py`` URL
+        is fetched from and kept."""
         if not 0 <= instance_id < spec.parallelism:
             raise ValueError(
                 f"instance {instance_id} of {spec.fqn} (parallelism {spec.parallelism})"
@@ -94,6 +102,7 @@ class FunctionInstance:
         self.name = f"{spec.fqn}:{instance_id}"
         self._client = client
         self._work_dir = work_dir
+        self._packages = packages
         self._consumer_name = consumer_name or self.name
         self.context = InstanceContext(spec, instance_id, client, secrets=secrets)
         self._stop = threading.Event()
@@ -152,11 +161,31 @@ class FunctionInstance:
             self.context.consumers[topic] = consumer
         return consumer
 
+    def _code(self) -> str | None:
+        """The local path of the code (an uploaded package fetched into the cache).
+
+        Returns:
+            what ``load_function`` reads (``None``: an importable module).
+
+        Raises:
+            PulsarStateError: the package cannot be had, or is refused (counted as a
+                system exception: the instance never runs it).
+        """
+        try:
+            if self._packages is not None:
+                return self._packages.code_path(self.spec.py, self.spec.package)
+            if self.spec.package is not None:
+                raise ConfigurationError(f"{self.name}: no package cache for {self.spec.package}")
+            return self.spec.py
+        except PulsarStateError as exc:
+            self.counters.on_system_exception(exc)
+            raise
+
     def _run(self) -> None:
         consumer = producer = function = None
         try:
             function = load_function(
-                self.spec.class_name, self.spec.py, self._work_dir, owner=self.spec.fqn
+                self.spec.class_name, self._code(), self._work_dir, owner=self.spec.fqn
             )
             consumer = self._subscribe()
             if self.spec.output:

@@ -5,7 +5,9 @@ The records are the ones
 keeps (``{"fqn", "version", "config", ...}``, the config checked by
 :func:`~pulsar_state.functions.metadata_manager.validate_config`). The spec
 holds what one instance needs: where the code is and what to load from it,
-its topics, its user config and how it consumes.
+its topics, its user config and how it consumes. The code is ``py`` (a path
+or URL) or, uploaded, ``package`` (``pss://sha256/<hex>``) with ``py`` its
+file's name (:mod:`~pulsar_state.functions.package_cache`).
 
 How it consumes follows Pulsar's functions worker: the subscription is
 ``subscriptionName`` or ``tenant/namespace/name``; it is a **failover**
@@ -40,6 +42,8 @@ class FunctionSpec:
     parallelism: int = 1
     #: the code package (a ``.py`` file or a ``.zip``), ``None``: importable as is
     py: str | None = None
+    #: the uploaded code package (``pss://sha256/<hex>``, ``py`` its file name), ``None``: none
+    package: str | None = None
     processing_guarantees: str = "ATLEAST_ONCE"
     retain_ordering: bool = False
     subscription_name: str | None = None
@@ -66,6 +70,7 @@ class FunctionSpec:
             user_config=dict(config.get("userConfig") or {}),
             parallelism=config["parallelism"],
             py=config.get("py"),
+            package=config.get("package"),
             processing_guarantees=config.get("processingGuarantees", "ATLEAST_ONCE"),
             retain_ordering=bool(config.get("retainOrdering", False)),
             subscription_name=config.get("subscriptionName"),

@@ -26,7 +26,9 @@ compare-and-set makes redelivery harmless). Config: ``parallelism`` (int >= 1),
 ``className`` (str), ``inputs`` (non-empty list of topics), ``output``
 (optional str), ``userConfig`` (optional object), and what a worker needs to
 run it (:mod:`~pulsar_state.functions.function_spec`): ``py`` (optional: the
-code package, a ``.py`` file or ``.zip`` every worker can read),
+code package, a ``.py`` file or ``.zip`` every worker can read, or an
+``http(s)://`` URL), ``package`` (``pss://sha256/<hex>``: the code uploaded
+into the group's package store, ``py`` then being its file's name),
 ``processingGuarantees`` (``ATLEAST_ONCE`` by default, ``ATMOST_ONCE``,
 ``EFFECTIVELY_ONCE``), ``retainOrdering`` (bool), ``subscriptionName`` (str),
 ``subscriptionPosition`` (``Latest`` by default, or ``Earliest``), ``secrets``
@@ -51,6 +53,7 @@ from pulsar import Function
 
 from pulsar_state.errors import PulsarStateError
 from pulsar_state.functions.function_map import open_function_map
+from pulsar_state.functions.package_manifest import parse_package_url, valid_file_name
 from pulsar_state.map.pulsar_map import MapOp, PulsarMap
 from pulsar_state.runtime.instance_metrics import label_instance_metrics
 
@@ -70,6 +73,7 @@ _ALLOWED = {
     "output",
     "userConfig",
     "py",
+    "package",
     "processingGuarantees",
     "retainOrdering",
     "subscriptionName",
@@ -118,6 +122,13 @@ def validate_config(config: Any) -> dict[str, Any]:
     for key in ("py", "subscriptionName"):
         if key in config and (not isinstance(config[key], str) or not config[key]):
             raise RequestError(f"{key} must be a non-empty string")
+    if "package" in config:
+        try:
+            parse_package_url(config["package"])
+        except ValueError as exc:
+            raise RequestError(str(exc)) from exc
+        if not valid_file_name(config.get("py")):
+            raise RequestError("with a package, py is its file's name (a .py or .zip, no folder)")
     if config.get("processingGuarantees", GUARANTEES[0]) not in GUARANTEES:
         raise RequestError(f"processingGuarantees must be one of {', '.join(GUARANTEES)}")
     if "retainOrdering" in config and not isinstance(config["retainOrdering"], bool):

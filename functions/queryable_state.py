@@ -10,7 +10,11 @@ A missing key is a 404 whose reason is ``key '<key>' doesn't exist.``.
 state: it finds the function's state topic without the caller knowing the
 layout (the function's ``userConfig.stateTopic`` from the admin API, else the
 stateful kit's default ``<name>-pss-state``; a deleted function's state stays
-readable under the default), keeps a read-only
+readable under the default, and so does a function's on brokers without
+Pulsar's functions worker); a function Pulsar's admin API does not know is
+looked up in the records of the groups of ``pulsar-state worker`` named by
+``metadata_topics`` (its ``config.userConfig.stateTopic``), so a function
+run by ``pulsar-state worker`` with a state topic of its own is found. It keeps a read-only
 :class:`~pulsar_state.core.log.view.TopicView` per state topic (no producer, no
 subscription, no admin write) and reads each key after catching up with the
 topic, so an answer is never older than the query. Key ``K`` is the kit's
@@ -26,7 +30,7 @@ from __future__ import annotations
 import base64
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -89,6 +93,13 @@ def function_state(key: str, entries: Mapping[str, Any], *, version: int) -> dic
         return {"key": key, "byteValue": stored["b"], "version": version}
 
 
+def _state_topic_of(config: Any) -> str | None:
+    """A worker record's ``userConfig.stateTopic`` (``None``: not set)."""
+    user_config = config.get("userConfig") if isinstance(config, dict) else None
+    topic = user_config.get("stateTopic") if isinstance(user_config, dict) else None
+    return str(topic) if isinstance(topic, str) and topic else None
+
+
 class _StateTopic:
     """One state topic's read-only view and the version of each of its keys."""
 
@@ -123,10 +134,13 @@ class FunctionStateReader:
         admin_url: str | None = None,
         admin: AdminEndpoint | None = None,
         timeout_s: float = 30.0,
+        metadata_topics: Sequence[str] = (),
     ) -> None:
         """``admin``: the admin API with its credentials and TLS trust (an
         :class:`~pulsar_state.cluster.endpoint.AdminEndpoint`), or ``admin_url``, a bare
-        URL; one of them is required. Used for its own calls and its views'."""
+        URL; one of them is required. Used for its own calls and its views'.
+        ``metadata_topics``: the records topics (``<group>-metadata``) of groups of
+        ``pulsar-state worker`` whose functions to find, read as the state topics are."""
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
         endpoint = resolve_admin(admin_url, admin)
@@ -138,6 +152,7 @@ class FunctionStateReader:
         self._admin = endpoint.admin(timeout_s=min(10.0, timeout_s), retry_s=timeout_s)
         self._lock = threading.Lock()
         self._topics: dict[str, _StateTopic] = {}
+        self._metadata_topics = tuple(metadata_topics)
 
     def state_topic(self, tenant: str, namespace: str, name: str) -> tuple[str, bool]:
         """The function's state topic, and whether the function is registered."""
@@ -146,7 +161,14 @@ class FunctionStateReader:
                 raise ValueError(f"a {what} name is a non-empty name without '/', got {part!r}")
         path = "/".join(quote(p, safe="") for p in (tenant, namespace, name))
         resp = self._admin.request("GET", f"/admin/v3/functions/{path}")
-        if resp.status_code == 404:
+        # 409: the broker runs no functions worker ("Pulsar Function Worker is not
+        # enabled"), as on a cluster whose functions run on pulsar-state worker:
+        # no function is registered there, its state is under the default topic
+        if resp.status_code in (404, 409):
+            recorded = self._worker_record(f"{tenant}/{namespace}/{name}")
+            if recorded is not None:
+                topic = _state_topic_of(recorded.get("config"))
+                return topic or default_state_topic(tenant, namespace, name), True
             return default_state_topic(tenant, namespace, name), False
         if resp.status_code in (401, 403):
             raise PermissionDeniedError(
@@ -161,6 +183,24 @@ class FunctionStateReader:
         user_config = (resp.json() or {}).get("userConfig") or {}
         topic = user_config.get("stateTopic") if isinstance(user_config, dict) else None
         return (str(topic) if topic else default_state_topic(tenant, namespace, name)), True
+
+    def _worker_record(self, fqn: str) -> dict[str, Any] | None:
+        """The record of ``fqn`` in the first group of workers that has one (caught up
+        with its metadata topic now); ``None``: no group records it."""
+        for topic in self._metadata_topics:
+            try:
+                records = self._open(topic)
+            except TopicNotFoundError:  # no such group (yet)
+                continue
+            try:
+                with records.lock:
+                    record = records.view.catch_up().get(fqn)
+            except StateTopicError:  # e.g. the topic was deleted: open it afresh next time
+                self._drop(topic, records)
+                raise
+            if isinstance(record, dict):
+                return record
+        return None
 
     def query(self, tenant: str, namespace: str, name: str, key: str) -> dict[str, Any]:
         """The key's ``FunctionState`` JSON; NotFoundError for a missing key,

@@ -28,6 +28,13 @@ time; another takes over when its worker dies):
   (:class:`~pulsar_state.functions.worker_status.WorkerStatusPublisher`),
   which ``pulsar-state functions status`` reads.
 
+**Code distribution**: a record's uploaded code (``package:
+pss://sha256/<hex>``, in the group's package store,
+:mod:`~pulsar_state.functions.package_store`) is fetched by digest into the
+worker's package cache (:class:`~pulsar_state.functions.package_cache.PackageCache`,
+``package_cache_dir``: kept across restarts, checked on every use) when an
+instance starts, so no worker needs to see the file the function was created from.
+
 Each instance is a :class:`~pulsar_state.functions.function_instance.FunctionInstance`
 (its own thread, consumer, producer and function object). A worker that stops
 (:meth:`FunctionWorker.close`) stops its instances and leaves the group (its
@@ -55,6 +62,8 @@ from pulsar_state.errors import PulsarStateError
 from pulsar_state.functions.function_instance import FunctionInstance
 from pulsar_state.functions.function_spec import FunctionSpec
 from pulsar_state.functions.instance_slot import InstanceSlot
+from pulsar_state.functions.package_cache import PackageCache, default_cache_dir
+from pulsar_state.functions.package_store import PackageStore, protect_packages
 from pulsar_state.functions.scheduler_member import SchedulerMember
 from pulsar_state.functions.worker_config import WorkerConfig
 from pulsar_state.functions.worker_status import WorkerStatusPublisher
@@ -142,6 +151,8 @@ class FunctionWorker:
             config.work_dir or tempfile.mkdtemp(prefix=f"pss-worker-{config.worker_id}-")
         )
         self._client: pulsar.Client | None = None
+        #: the uploaded code packages this worker has fetched (set by :meth:`start`)
+        self.packages: PackageCache | None = None
         #: the group's own functions, by instance id
         self._system: dict[str, InstanceSlot] = {}
         self._member: SchedulerMember | None = None
@@ -165,8 +176,14 @@ class FunctionWorker:
         self._client = pulsar.Client(
             config.service_url, logger=client_logger(), **config.client_kwargs()
         )
-        self._start_system()
         topics = config.topics
+        if config.admin_url:
+            protect_packages(config.auth.admin_endpoint(config.admin_url), topics.packages)
+        self.packages = PackageCache(
+            Path(config.package_cache_dir or default_cache_dir()),
+            PackageStore(self._client, topics.packages),
+        )
+        self._start_system()
         reader = StateConfig(ensure_retention=False)  # the group's functions protect them
         self._records = PulsarMap(self._client, topics.metadata, config=reader)
         self._assignments = PulsarMap(self._client, topics.assignments, config=reader)
@@ -314,6 +331,7 @@ class FunctionWorker:
             self._client,
             work_dir=self._work_dir,
             secrets=spec.resolve_secrets(os.environ),
+            packages=self.packages,
         )
 
     def status(self) -> list[InstanceStatus]:

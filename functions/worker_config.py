@@ -1,6 +1,6 @@
 """A group of ``pulsar-state worker`` processes: its topics and settings, :class:`WorkerConfig`.
 
-Workers of one group share seven topics in one namespace, named after the
+Workers of one group share eight topics in one namespace, named after the
 group (``<group>-<part>``), as Pulsar's workers share the topics of
 ``pulsarFunctionsNamespace``:
 
@@ -14,6 +14,8 @@ heartbeats the members' heartbeats (the scheduler's input)
 members    the live members (the scheduler's map)
 assignments instance id ``tenant/ns/name:i`` -> member id
 status     each worker's instances and their counters (worker id -> status)
+packages   the uploaded code packages, by sha256
+           (:mod:`~pulsar_state.functions.package_store`)
 ========== ===================================================================
 
 ``pulsar-state functions create ...`` names the same group to reach them.
@@ -35,7 +37,16 @@ __all__ = ["DEFAULT_GROUP", "DEFAULT_NAMESPACE", "WorkerConfig", "WorkerTopics"]
 DEFAULT_GROUP = "pss-functions"
 DEFAULT_NAMESPACE = "public/default"
 
-_PARTS = ("metadata", "requests", "answers", "heartbeats", "members", "assignments", "status")
+_PARTS = (
+    "metadata",
+    "requests",
+    "answers",
+    "heartbeats",
+    "members",
+    "assignments",
+    "status",
+    "packages",
+)
 
 
 @dataclass(frozen=True)
@@ -49,6 +60,7 @@ class WorkerTopics:
     members: str
     assignments: str
     status: str
+    packages: str
 
     @classmethod
     def of(cls, group: str = DEFAULT_GROUP, namespace: str = DEFAULT_NAMESPACE) -> WorkerTopics:
@@ -84,6 +96,9 @@ class WorkerConfig:
     reconcile_interval_s: float = 1.0
     #: where ``.zip`` code packages are unpacked (default: a folder in the temp dir)
     work_dir: str | None = None
+    #: where packages fetched from the group's package store are kept, across restarts
+    #: (default: :func:`~pulsar_state.functions.package_cache.default_cache_dir`)
+    package_cache_dir: str | None = None
     #: the client's authentication and TLS trust; its token (if any) is also the
     #: ``adminToken`` secret of the group's own functions
     auth: ClusterAuth = field(default_factory=ClusterAuth)

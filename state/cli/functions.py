@@ -17,6 +17,9 @@ counters that worker publishes into the group's status map (``numReceived``,
 ``numSuccessfullyProcessed``, ``numUserExceptions``, ``latestUserExceptions``,
 ``numSystemExceptions``, ``numRestarts``, ``averageLatency``...). ``--group`` and
 ``--functions-namespace`` name the group (as for ``pulsar-state worker``).
+``--py FILE`` uploads the file into the group's package store and the record
+names it by sha256 (``package: pss://sha256/<hex>``), so no worker needs to
+see the file; ``file://PATH`` or an ``http(s)://`` URL is recorded as given.
 
 ``querystate`` reads a function's state key, spelled like pulsar-admin's.
 
@@ -25,7 +28,10 @@ counters that worker publishes into the group's status map (``numReceived``,
 and ``default``, as in ``pulsar-admin``) prints the key's ``FunctionState``
 JSON (``key``, ``stringValue`` / ``byteValue`` / ``numberValue``, ``version``;
 ``byteValue`` in base64 as the REST API gives it) from the function's state
-topic, found by its name (:mod:`~pulsar_state.functions.queryable_state`).
+topic, found by its name (:mod:`~pulsar_state.functions.queryable_state`):
+the ``userConfig.stateTopic`` Pulsar's admin API gives, else the one of the
+record of the ``--group`` of ``pulsar-state worker`` s (the default group,
+``pss-functions``, unless given; ``serve`` takes it too), else the kit's default.
 Read-only. A missing function or key is a clear message on stderr and exit
 code 3; ``--watch`` prints the value again each time it changes (a missing key
 is reported once and waited for), until interrupted. ``--output json`` prints
@@ -92,6 +98,7 @@ def functions_group() -> None:
 )
 @timeout_option
 @output_option
+@group_options
 @cluster_options
 def querystate(
     *,
@@ -120,13 +127,21 @@ def querystate(
 
 @contextlib.contextmanager
 def _state_reader(cluster: dict[str, Any], timeout: float) -> Iterator[FunctionStateReader]:
-    """A reader of functions' state on the cluster of the command's options; closed after."""
+    """A reader of functions' state on the cluster of the command's options; closed after.
+
+    It finds a function of the ``--group`` of ``pulsar-state worker`` s (the default
+    group unless given) by that group's records, after Pulsar's admin API."""
+    try:
+        group = WorkerTopics.of(cluster.pop("group"), cluster.pop("functions_namespace"))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
     auth = cluster_auth(cluster)
     with cluster_client(cluster["service_url"], timeout, auth) as client:
         reader = FunctionStateReader(
             client=client,
             admin=admin_endpoint(cluster, auth),
             timeout_s=timeout,
+            metadata_topics=(group.metadata,),
         )
         try:
             yield reader
@@ -182,6 +197,7 @@ def _watch(
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @timeout_option
+@group_options
 @cluster_options
 def serve(
     *,
@@ -221,8 +237,9 @@ def _function_admin(cluster: dict[str, Any], timeout: float) -> Iterator[Functio
         topics = WorkerTopics.of(cluster.pop("group"), cluster.pop("functions_namespace"))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    with cluster_client(cluster["service_url"], timeout, cluster_auth(cluster)) as client:
-        yield FunctionAdmin(client, topics, timeout_s=timeout)
+    auth = cluster_auth(cluster)
+    with cluster_client(cluster["service_url"], timeout, auth) as client:
+        yield FunctionAdmin(client, topics, timeout_s=timeout, admin=admin_endpoint(cluster, auth))
 
 
 def _function_options(fn: Any) -> Any:
@@ -243,7 +260,12 @@ def _config_options(fn: Any) -> Any:
     """What a record holds, spelled as ``pulsar-admin functions create`` spells it."""
     for option in reversed(
         (
-            click.option("--py", help="The code: a .py file or a .zip every worker can read."),
+            click.option(
+                "--py",
+                help="The code: a .py file or a .zip, uploaded into the group's package "
+                "store (at most 64 MiB); file://PATH (a filesystem every worker shares) "
+                "or an http(s):// URL is recorded as given.",
+            ),
             click.option("--classname", help="module.Class (or module.function) to run."),
             click.option("--inputs", help="Input topics, comma-separated."),
             click.option("--output", help="Output topic (what process returns goes there)."),
@@ -371,7 +393,11 @@ def update(*, expected_version: int | None, timeout: float, **opts: Any) -> None
         if current is None:
             raise NotFoundExit(f"function {fqn} not found")
         version = current["version"] if expected_version is None else expected_version
-        record = admin.update(fqn, {**current["config"], **_config(mine)}, version)
+        changes = _config(mine)
+        config = dict(current["config"])
+        if "py" in changes:  # new code: the old package goes with the old py
+            config.pop("package", None)
+        record = admin.update(fqn, {**config, **changes}, version)
     click.echo(f"Updated {fqn} (version {record['version']})")
 
 

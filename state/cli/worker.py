@@ -67,6 +67,13 @@ def group_options(fn: F) -> F:
 @click.option(
     "--work-dir", default=None, help="Where .zip code packages are unpacked [default: a temp dir]."
 )
+@click.option(
+    "--package-cache",
+    default=None,
+    envvar="PULSAR_STATE_PACKAGE_CACHE",
+    help="Where code packages fetched from the group's package store are kept, across "
+    "restarts (env PULSAR_STATE_PACKAGE_CACHE) [default: ~/.cache/pulsar-state/packages].",
+)
 @group_options
 @cluster_options
 def worker(
@@ -75,6 +82,7 @@ def worker(
     member_ttl: float,
     reconcile_interval: float,
     work_dir: str | None,
+    package_cache: str | None,
     group: str,
     functions_namespace: str,
     **cluster: Any,
@@ -90,6 +98,7 @@ def worker(
             member_ttl_s=member_ttl,
             reconcile_interval_s=reconcile_interval,
             work_dir=work_dir,
+            package_cache_dir=package_cache,
             auth=cluster_auth(cluster),
             **extra,
         )
