@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SOURCES := setup.py pyproject.toml pyspark_pulsar_state.py $(shell find state functions connectors deploy -name '*.py' -o -name '*.yaml' -o -name py.typed 2>/dev/null)
 
-.PHONY: test-cluster test-loaded check-min-deps bench bench-spark-changelog test-faults bench-core bench-spark deploy undeploy package run test test-unit test-integration lint format broker-start broker-stop clean
+.PHONY: test-cluster test-loaded check-min-deps bench bench-spark-changelog test-faults bench-core bench-sink bench-spark deploy undeploy package run test test-unit test-integration lint format broker-start broker-stop clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,7 @@ clean:
 	-$(VENV)/bin/pulsar-state broker stop --data-dir .pulsar/run
 	-$(VENV)/bin/pulsar-state broker stop --data-dir .pulsar/test
 	-$(VENV)/bin/pulsar-state cluster stop --data-dir .pulsar/test-cluster
+	-$(VENV)/bin/pulsar-state cluster stop --data-dir .pulsar/test-cluster-bookies
 	rm -rf build .pulsar .pytest_cache .mypy_cache .ruff_cache *.egg-info
 
 BENCH_STAMP := $(VENV)/.installed-bench
@@ -94,6 +95,11 @@ bench: $(BENCH_STAMP)
 
 bench-core: $(STAMP)
 	$(PY) -m bench.core
+
+# the SQL sink runner's batched writes into PostgreSQL vs executemany and one record a
+# transaction: bench/results/sink.md
+bench-sink: $(STAMP)
+	$(PY) -m bench.sink
 
 bench-spark: $(STAMP)
 	$(PY) -m bench.spark

@@ -21,9 +21,10 @@ health check: started together on a fresh cluster, one of them exits with
 "Failed to fence subscription". With ``tls`` each broker also serves TLS on
 two more ports (the launcher's readiness checks and the brokers' own traffic
 stay on the plain ones). Every process's pid is in ``cluster.json``, so
-``status``, ``stop``, ``kill_broker`` and ``start_broker`` work from another
-process; ``stop`` ends the brokers' process groups (their function instances
-included), then the bookies', then ZooKeeper's.
+``status``, ``stop``, ``kill_broker``/``start_broker`` and
+``kill_bookie``/``start_bookie`` work from another process; ``stop`` ends the
+brokers' process groups (their function instances included), then the
+bookies', then ZooKeeper's.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from pulsar_state.deploy.processes import (
     terminate_groups,
     wait_gone,
 )
+from pulsar_state.deploy.standalone_config import LOOPBACK
 from pulsar_state.deploy.token_auth import TokenAuthority
 from pulsar_state.errors import ConfigurationError
 
@@ -297,11 +299,7 @@ class LocalCluster:
     # -- layout and state ----------------------------------------------------------------
 
     def _stored_layout(self) -> dict[str, Any] | None:
-        try:
-            data: dict[str, Any] = json.loads(self._layout_file.read_text())
-        except (OSError, ValueError):
-            return None
-        return data
+        return _json_file(self._layout_file)
 
     def _ports(self) -> ClusterPorts:
         """The ports of this data directory: picked once, kept while the layout holds."""
@@ -332,11 +330,7 @@ class LocalCluster:
         return ClusterPorts.from_json(json.dumps(stored["ports"]))
 
     def _read_state(self) -> dict[str, Any] | None:
-        try:
-            state: dict[str, Any] = json.loads(self._state_file.read_text())
-        except (OSError, ValueError):
-            return None
-        return state
+        return _json_file(self._state_file)
 
     def _write_state(self, info: ClusterInfo, pids: dict[str, int | None]) -> None:
         tmp = self._state_file.with_suffix(".tmp")
@@ -586,11 +580,23 @@ class LocalCluster:
 
     # -- faults ---------------------------------------------------------------------------
 
-    def _broker_index(self, index: int) -> int:
-        brokers = len(self._running_ports().brokers)
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < brokers:
-            raise ConfigurationError(f"broker index must be 0..{brokers - 1}, got {index!r}")
+    def _index(self, kind: str, index: int) -> int:
+        ports = self._running_ports()
+        count = len(ports.brokers if kind == "broker" else ports.bookies)
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
+            raise ConfigurationError(f"{kind} index must be 0..{count - 1}, got {index!r}")
         return index
+
+    def _kill(self, kind: str, index: int) -> None:
+        self.require_running()
+        self._index(kind, index)
+        process = f"{kind}-{index}"
+        pid = self.processes().get(process)
+        if pid is None:
+            raise BrokerNotRunningError(f"{process} of {self.data_dir} does not run")
+        signal_group(pid, signal.SIGKILL)
+        wait_gone(pid, 30)
+        self._set_pid(process, None)
 
     def kill_broker(self, index: int) -> None:
         """SIGKILL broker ``index`` and its process group: a crash, not a shutdown.
@@ -602,14 +608,48 @@ class LocalCluster:
             ConfigurationError: no broker ``index``.
             BrokerNotRunningError: the cluster or that broker does not run.
         """
-        self.require_running()
-        self._broker_index(index)
-        pid = self.broker_pid(index)
-        if pid is None:
-            raise BrokerNotRunningError(f"broker-{index} of {self.data_dir} does not run")
-        signal_group(pid, signal.SIGKILL)
-        wait_gone(pid, 30)
-        self._set_pid(f"broker-{index}", None)
+        self._kill("broker", index)
+
+    def kill_bookie(self, index: int) -> None:
+        """SIGKILL bookie ``index``: a crash. A ledger whose ensemble held it goes on
+        with another bookie when enough remain (``managedLedgerDefaultEnsembleSize``,
+        or a namespace's persistence policy, below the number of bookies).
+
+        Raises:
+            ConfigurationError: no bookie ``index``.
+            BrokerNotRunningError: the cluster or that bookie does not run.
+        """
+        self._kill("bookie", index)
+
+    def bookie_id(self, index: int) -> str:
+        """Bookie ``index`` as BookKeeper names it in a ledger's ensemble (``host:port``).
+
+        Raises:
+            ConfigurationError: no bookie ``index``.
+            BrokerNotRunningError: no cluster on this data directory.
+        """
+        return f"{LOOPBACK}:{self._running_ports().bookies[self._index('bookie', index)].bookie}"
+
+    def start_bookie(self, index: int) -> ClusterInfo:
+        """Start bookie ``index`` again (after :meth:`kill_bookie`) and wait until it
+        accepts connections; a running bookie is left alone.
+
+        Raises:
+            ConfigurationError: no bookie ``index``.
+            BrokerNotRunningError: the cluster does not run.
+            BrokerStartError: the bookie exited or was not ready in time.
+        """
+        info = self.require_running()
+        self._index("bookie", index)
+        if self.processes().get(f"bookie-{index}") is not None:
+            return info
+        self._launch(f"bookie-{index}")
+        try:
+            self._wait_bookie(index, self._running_ports())
+        except BaseException:
+            self._stop_processes([f"bookie-{index}"], timeout_s=15)
+            raise
+        return info
 
     def start_broker(self, index: int) -> ClusterInfo:
         """Start broker ``index`` again (after :meth:`kill_broker`) and wait until it
@@ -621,7 +661,7 @@ class LocalCluster:
             BrokerStartError: the broker exited or was not ready in time.
         """
         info = self.require_running()
-        self._broker_index(index)
+        self._index("broker", index)
         if self.broker_pid(index) is not None:
             return info
         ports = self._running_ports()
@@ -665,3 +705,12 @@ def _write_private(path: Path, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
+
+
+def _json_file(path: Path) -> dict[str, Any] | None:
+    """The JSON object stored in ``path`` (``None``: no file, or not JSON)."""
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data

@@ -1,4 +1,5 @@
-"""``pulsar-state cluster start|stop|status|kill-broker|start-broker|logs|token|client-cert``:
+"""``pulsar-state cluster start|stop|status|kill-broker|start-broker|kill-bookie|start-bookie|
+logs|token|client-cert``:
 a local multi-broker cluster (:class:`~pulsar_state.deploy.cluster.LocalCluster`).
 
 ``status`` exits 1 when the cluster does not run, or a process of it is down or
@@ -35,6 +36,7 @@ _data_dir_option = click.option(
 )
 
 _index_argument = click.argument("index", type=click.IntRange(min=0, max=MAX_BROKERS - 1))
+_bookie_argument = click.argument("index", type=click.IntRange(min=0, max=MAX_BOOKIES - 1))
 
 
 @click.group(epilog=EXIT_CODES_EPILOG)
@@ -163,6 +165,25 @@ def start_broker(data_dir: Path, index: int) -> None:
     """Start broker INDEX again (after kill-broker) and wait until it is ready."""
     info = LocalCluster(data_dir=data_dir).start_broker(index)
     click.echo(f"broker-{index} ready: {info.service_urls[index]} admin {info.admin_urls[index]}")
+
+
+@cluster.command("kill-bookie")
+@_data_dir_option
+@_bookie_argument
+def kill_bookie(data_dir: Path, index: int) -> None:
+    """SIGKILL bookie INDEX (0 is the first): a crash, for fault drills."""
+    LocalCluster(data_dir=data_dir).kill_bookie(index)
+    click.echo(f"killed bookie-{index}")
+
+
+@cluster.command("start-bookie")
+@_data_dir_option
+@_bookie_argument
+def start_bookie(data_dir: Path, index: int) -> None:
+    """Start bookie INDEX again (after kill-bookie) and wait until it accepts connections."""
+    c = LocalCluster(data_dir=data_dir)
+    c.start_bookie(index)
+    click.echo(f"bookie-{index} ready: {c.bookie_id(index)}")
 
 
 @cluster.command()

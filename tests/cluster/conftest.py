@@ -7,6 +7,11 @@ session on ``.pulsar/test-cluster`` (``PULSAR_STATE_TEST_CLUSTER_DIR`` moves
 it, so that two suites on one machine each have their own) and stopped at the
 end. ``make test`` runs it after everything else (the ``cluster`` marker);
 ``make test-cluster`` runs it alone.
+
+``three_bookie_cluster`` is a cluster of its own (one broker, three bookies,
+no authentication) for a bookie's loss, on ``<that directory>-bookies``; it
+lives for its module only, which sorts first (``test_bookie_loss.py``), so
+that it is stopped before ``local_cluster`` starts: one cluster at a time.
 """
 
 from __future__ import annotations
@@ -44,6 +49,27 @@ def local_cluster() -> Iterator[EmbeddedCluster]:
     began = time.monotonic()
     cluster.start()
     log.info("local cluster ready in %.1fs: %s", time.monotonic() - began, cluster)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def bookies_data_dir() -> Path:
+    """:func:`cluster_data_dir` with ``-bookies`` appended to its name."""
+    base = cluster_data_dir()
+    return base.with_name(f"{base.name}-bookies")
+
+
+@pytest.fixture(scope="module")
+def three_bookie_cluster() -> Iterator[EmbeddedCluster]:
+    """One broker and three bookies without authentication, started fresh for the
+    module and stopped after it; ``three_bookie_cluster.cluster`` kills and starts
+    bookies (:meth:`LocalCluster.kill_bookie`)."""
+    cluster = EmbeddedCluster(data_dir=bookies_data_dir(), brokers=1, bookies=3)
+    began = time.monotonic()
+    cluster.start()
+    log.info("three-bookie cluster ready in %.1fs: %s", time.monotonic() - began, cluster)
     try:
         yield cluster
     finally:

@@ -14,13 +14,12 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-from collections import Counter
-from importlib import resources
 from typing import Any
 
 import pulsar
 import pytest
 from harness import PulsarEndpoint, unique_name, wait_until
+from word_count_workers import assert_counted_exactly, subscription_consumers, word_count_config
 
 from pulsar_state import PulsarMap
 from pulsar_state.functions.function_admin import FunctionAdmin
@@ -30,37 +29,6 @@ from pulsar_state.functions.worker_config import WorkerConfig
 #: a dead member's instances move after this (plus a heartbeat and a reconcile)
 TTL_S = 4.0
 WORKERS = ("w1", "w2", "w3")
-
-
-def word_count_config(name: str, admin_url: str) -> dict[str, Any]:
-    """The word count's record config: the packaged entry file, unchanged."""
-    return {
-        "py": str(resources.files("pulsar_state.functions") / "wordcount_entry.py"),
-        "className": "wordcount_entry.WordCount",
-        "inputs": [f"persistent://public/default/{name}-in"],
-        "output": f"persistent://public/default/{name}-out",
-        "parallelism": 2,
-        "retainOrdering": True,
-        "subscriptionPosition": "Earliest",
-        "userConfig": {
-            "stateTopic": f"persistent://public/default/{name}-state",
-            "adminUrl": admin_url,
-        },
-    }
-
-
-def subscription_consumers(endpoint: PulsarEndpoint, topic: str, subscription: str) -> list[str]:
-    """The consumer names on ``subscription`` of each partition of ``topic``, sorted."""
-    path = topic.removeprefix("persistent://")
-    stats = endpoint.admin(
-        "GET", f"/admin/v2/persistent/{path}/partitioned-stats?perPartition=true"
-    )
-    stats.raise_for_status()
-    names: list[str] = []
-    for partition in stats.json()["partitions"].values():
-        consumers = partition["subscriptions"].get(subscription, {}).get("consumers", [])
-        names.extend(c.get("consumerName", "") for c in consumers)
-    return sorted(names)
 
 
 @pytest.mark.timeout(600)
@@ -158,19 +126,7 @@ def test_word_count_on_three_workers_stays_exact_when_one_is_killed(
             interval_s=0.5,
             message="every line counted after the kill",
         )
-        counts = {
-            k.removeprefix("counter/"): v
-            for k, v in state.items(latest=True).result(60).items()
-            if k.startswith("counter/")
-        }
-        assert counts == dict(Counter(w for line in lines for w in line.split()))
-        # every input has its output (a copy, if any, is the same), naming its input
-        seen: dict[tuple[str, str], bytes] = {}
-        while len(seen) < len(lines):
-            message = outputs.receive(timeout_millis=60_000)
-            props = message.properties()
-            key = (props["__pfn_input_topic__"], props["__pfn_input_msg_id__"])
-            assert seen.setdefault(key, message.data()) == message.data()
+        assert_counted_exactly(state.items(latest=True).result(60), lines, outputs)
         producer.close()
         outputs.close()
     finally:
