@@ -1,17 +1,20 @@
 """The SQL sink on PostgreSQL (``database: postgresql://user:pass@host:5432/db``).
 
 Needs psycopg 3 (``pip install 'pulsar-shared-state[postgres]'``). One
-connection per sink in autocommit mode; each record is one explicit
-transaction. Writers of the same topic serialize on that topic's row of the
-positions table: the row is created if missing (``ON CONFLICT DO NOTHING``) and
-locked with ``SELECT ... FOR UPDATE`` before the stored position is read, so
-the check "already applied?" and the write that advances the position cannot
-interleave with another writer's, under PostgreSQL's default isolation.
+connection per sink in autocommit mode; each record, or each batch of records
+(:meth:`~.sql_backend.SqlBackend.apply_batch`), is one explicit transaction.
+Writers of the same topic serialize on that topic's row of the positions table:
+the row is created if missing (``ON CONFLICT DO NOTHING``) and locked with
+``SELECT ... FOR UPDATE`` before the stored position is read, so the check
+"already applied?" and the write that advances the position cannot interleave
+with another writer's, under PostgreSQL's default isolation.
 
 Errors: a URL psycopg cannot parse is a :class:`ConfigurationError`; a server
 that cannot be reached (or refuses the login) raises :class:`SinkDatabaseError`
 with ``retriable=True`` at ``open``; a connection lost mid-write raises the
 same, after the transaction was rolled back (nothing of the record applied).
+A statement that refuses its data (``DataError``, ``IntegrityError``: a value
+that does not fit its column) raises it with ``refused_data=True``.
 The next transaction connects again (a server restarted, or a database that
 refused connections for a while, is used again without reopening the sink);
 while it cannot, it raises the same retriable error.
@@ -51,6 +54,7 @@ class PostgresBackend(SqlBackend):
     kind = "postgresql"
     placeholder = "%s"
     integer_type = "BIGINT"
+    multirow_values = True
 
     def __init__(
         self, url: str, *, password: str | None = None, connect_timeout_s: int = 10
@@ -103,21 +107,24 @@ class PostgresBackend(SqlBackend):
         try:
             with db.transaction(), db.cursor() as cur:
                 if topic is not None:
-                    cur.execute(
-                        f"INSERT INTO {POSITIONS_TABLE} (topic) VALUES (%s) "
-                        "ON CONFLICT (topic) DO NOTHING",
-                        (topic,),
-                    )
-                    cur.execute(
-                        f"SELECT 1 FROM {POSITIONS_TABLE} WHERE topic = %s FOR UPDATE", (topic,)
-                    )
+                    self._lock(cur, topic)
                 yield cur
         except psycopg.OperationalError as exc:
             raise SinkDatabaseError(
                 f"PostgreSQL at {self.url}: {exc}".strip(), retriable=True
             ) from exc
         except psycopg.Error as exc:
-            raise SinkDatabaseError(f"PostgreSQL at {self.url}: {exc}".strip()) from exc
+            refused = isinstance(exc, psycopg.DataError | psycopg.IntegrityError)
+            raise SinkDatabaseError(
+                f"PostgreSQL at {self.url}: {exc}".strip(), refused_data=refused
+            ) from exc
+
+    def _lock(self, cur: Cursor, topic: str) -> None:
+        cur.execute(
+            f"INSERT INTO {POSITIONS_TABLE} (topic) VALUES (%s) ON CONFLICT (topic) DO NOTHING",
+            (topic,),
+        )
+        cur.execute(f"SELECT 1 FROM {POSITIONS_TABLE} WHERE topic = %s FOR UPDATE", (topic,))
 
     def execute_ddl(self, statements: Sequence[str]) -> None:
         with self.transaction(None) as cur:

@@ -9,7 +9,12 @@ extra).
 
 Effectively once: each write stores the record's position (ledger, entry,
 batch) for its topic in the same database transaction as the row change, and
-a record at or before the stored position is skipped. Redelivery after a crash
+a record at or before the stored position is skipped. The runner writes a
+batch of records in one transaction (:mod:`.sink_batch_write`): its rows and
+each partition's last position; :class:`SinkFunction` one record a
+transaction (Pulsar's runtime acknowledges a record when ``process``
+returns). The table holds the whole value in one column, or the fields of a
+JSON value in columns of their own (:mod:`.sink_columns`). Redelivery after a crash
 therefore changes nothing; before skipping, the stored position is checked
 against the topic as it is now (:mod:`.topic_incarnation`, one admin call per
 redelivery burst, none for records that move forward): a position of another
@@ -75,6 +80,7 @@ from pulsar import Function
 from pulsar_state.cluster.endpoint import AdminEndpoint
 from pulsar_state.connectors.dead_letter import POISON_RECORDS, DeadLetters, read_key
 from pulsar_state.connectors.postgres_backend import PostgresBackend
+from pulsar_state.connectors.sink_columns import VALUE_LAYOUT, layout_from_config
 from pulsar_state.connectors.sql_backend import (
     SqlBackend,
     database_password,
@@ -231,6 +237,7 @@ class SqlUpsertSink:
         #: per topic, the position of the last record this sink applied
         self._own: dict[str, Position] = {}
         self.table = "kv"
+        self.layout = VALUE_LAYOUT
         self.written = 0
         self.skipped = 0
         #: records it could never write (dead-lettered or skipped, see :mod:`.dead_letter`)
@@ -244,7 +251,7 @@ class SqlUpsertSink:
 
     @property
     def schema(self) -> str:
-        return self.backend.schema(self.table)
+        return self.backend.schema(self.table, self.layout)
 
     def open(
         self,
@@ -265,6 +272,7 @@ class SqlUpsertSink:
             ConfigurationError: a bad setting, before the database is touched.
         """
         table = plain_identifier(config.get("table", "kv"), "table")
+        layout = layout_from_config(config)
         if admin is None:
             admin = config_admin_endpoint(
                 config.get,
@@ -277,12 +285,12 @@ class SqlUpsertSink:
         )
         backend = open_backend(config.get("database"), database_password(config, context))
         try:
-            backend.create_tables(table)
+            backend.create_tables(table, layout)
         except BaseException:
             backend.close()
             guard.close()
             raise
-        self.table = table
+        self.table, self.layout = table, layout
         self._backend, self._guard, self._checks = backend, guard, guard.counts
 
     @staticmethod
@@ -298,6 +306,20 @@ class SqlUpsertSink:
         except UnicodeDecodeError as exc:
             raise PoisonRecordError(f"{where}: its value is not UTF-8 text ({exc})") from None
 
+    def row(self, record: SinkRecord) -> tuple[Any, ...]:
+        """The value columns of ``record`` (:mod:`.sink_columns`); ``()`` for a delete.
+
+        Raises:
+            PoisonRecordError: a record that can never become a row.
+        """
+        if not isinstance(record.key, str):
+            self.validate(record)  # raises: no key, or not UTF-8
+        try:
+            return self.layout.row(record.value) if record.value else ()
+        except PoisonRecordError as exc:  # named here, not for every record
+            where = f"record at {record.position} on {record.topic}"
+            raise PoisonRecordError(f"{where}: {exc}") from None
+
     def write(self, record: SinkRecord, *, past_gap: bool = False) -> bool:
         """Apply one record; ``False`` when it was already applied (a redelivery).
 
@@ -308,7 +330,7 @@ class SqlUpsertSink:
         (the caller waited for them long enough).
         """
         backend = self.backend
-        self.validate(record)
+        row = self.row(record)
         assert isinstance(record.key, str)
         key, value = record.key, record.value
         with self._lock:
@@ -323,6 +345,8 @@ class SqlUpsertSink:
                     batch_size=record.batch_size,
                     replacing=replacing,
                     before=before,
+                    layout=self.layout,
+                    row=row or None,
                 ),
                 past_gap=past_gap,
             )
@@ -447,7 +471,7 @@ class SqlUpsertSink:
 
     def rows(self) -> dict[str, str]:
         """The table's contents, ``key -> value``."""
-        return self.backend.rows(self.table)
+        return self.backend.rows(self.table, self.layout)
 
     def metadata_config(self, config: dict[str, Any]) -> dict[str, Any]:
         """``config`` as recorded in the core: the database password redacted."""

@@ -11,6 +11,12 @@ Config (YAML or JSON)::
     adminUrl: http://127.0.0.1:8080                 # needed by the group and metadataTopic
     metadataTopic: persistent://public/default/sink-metadata   # optional
     deadLetterTopic: persistent://public/default/orders-dlq    # optional, for poison records
+    # optional: records a transaction (see .sink_batches), and fields to columns
+    batchMaxRecords: 500
+    batchMaxBytes: 1048576
+    batchMaxDelayMs: 100
+    columns: {customer: customer.name, total: total}   # see .sink_columns
+    columnTypes: {total: NUMERIC(12, 2)}
     # optional: authentication and TLS, as client.conf spells them (for the broker
     # and the admin API; the command line's --auth-*/--tls-* options win)
     tlsTrustCertsFilePath: /etc/pulsar/ca.pem
@@ -27,14 +33,19 @@ failover subscription (one active runner per partition, chosen by the broker).
 With it, runners of the same ``name`` form a group whose leader assigns the
 input's partitions to them (:mod:`.sink_group`); each consumes only its own.
 
-Each record is written (effectively once, see :mod:`.sink`) before it is
-acknowledged. A write the database refuses for a while (unreachable, connection
-lost, locked: a *retriable* error) is tried again in place, with a backoff from
-0.5 s doubling to 30 s, until it succeeds or the runner is stopped; no later
-record goes first. Any other database error stops the runner (nothing acked
-past the record; a restart resumes there). A record the takeover-gap check
-refuses (:class:`~.sink.TakeoverGapError`: the position was stored by another
-runner and records between it and this one are still to come) is held, not
+Records are received in batches (:mod:`.sink_batches`: up to
+``batchMaxRecords``, ``batchMaxBytes``, ``batchMaxDelayMs``), each written in
+one transaction (effectively once, see :mod:`.sink` and
+:mod:`.sink_batch_write`) before its records are acknowledged
+(:mod:`.sink_records`). A write the database refuses for a while (unreachable,
+connection lost, locked: a *retriable* error) is tried again in place, with a
+backoff from 0.5 s doubling to 30 s, until it succeeds or the runner is
+stopped; no later record goes first. A record whose data a statement refuses
+is found by splitting the batch and dead-lettered. Any other database error
+stops the runner (nothing of the batch acked; a restart resumes there). A
+record the takeover-gap check refuses (:class:`~.sink.TakeoverGapError`: the
+position was stored by another runner and records between it and this one are
+still to come) is held, not
 acknowledged, with the later records of its partition; the consumer is asked
 to rewind, so the missing records come first (:class:`_Records`). A record
 that can never be written (no key, not UTF-8) goes to ``deadLetterTopic`` or
@@ -56,30 +67,24 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import pulsar
-from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponential
 
 from pulsar_state.client_log import client_logger
 from pulsar_state.cluster.auth import ClusterAuth
 from pulsar_state.connectors.dead_letter import DeadLetters, read_key
-from pulsar_state.connectors.sink import (
-    SinkRecord,
-    SqlUpsertSink,
-    TakeoverGapError,
-    hold_past_gap,
-    record_metadata,
-)
+from pulsar_state.connectors.sink import SinkRecord, SqlUpsertSink, record_metadata
+from pulsar_state.connectors.sink_batches import BatchLimits, collect
 from pulsar_state.connectors.sink_group import LOCAL_KEYS, GroupSettings, SinkGroup
 from pulsar_state.connectors.sink_health import SINK_RECORDS, SinkHealth
-from pulsar_state.connectors.sql_backend import SinkDatabaseError
-from pulsar_state.errors import ConfigurationError, MessageHeldBackError, PoisonRecordError
+from pulsar_state.connectors.sink_records import Records as _Records
+from pulsar_state.errors import ConfigurationError
 from pulsar_state.map.pulsar_map import PulsarMap
 from pulsar_state.position import Position
 from pulsar_state.runtime.tls import admin_tls
-from pulsar_state.scheduling.in_order import InOrderGate, batch_size
+from pulsar_state.scheduling.in_order import batch_size
 
 __all__ = ["AUTH_PARAMS", "AUTH_PLUGIN", "run_sink", "runner_auth"]
 
@@ -118,119 +123,6 @@ class _FailoverSource:
 
     def close(self) -> None:
         self._consumer.close()
-
-
-def _write(
-    write: Callable[[SinkRecord], bool],
-    record: SinkRecord,
-    stop: threading.Event,
-    health: SinkHealth,
-) -> bool:
-    """``write(record)``, retried in place while the database fails in a retriable way."""
-
-    def failed(state: RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome else None
-        health.write_failed(str(exc))
-        log.warning(
-            "record at %s not written (attempt %d), retrying: %s",
-            record.position,
-            state.attempt_number,
-            exc,
-        )
-
-    def retriable(exc: BaseException) -> bool:
-        return isinstance(exc, SinkDatabaseError) and exc.retriable and not stop.is_set()
-
-    def pause(seconds: float) -> None:
-        stop.wait(seconds)  # a stop cuts the backoff short
-
-    for attempt in Retrying(
-        retry=retry_if_exception(retriable),
-        wait=wait_exponential(multiplier=0.5, max=30),
-        sleep=pause,
-        before_sleep=failed,
-        reraise=True,
-    ):
-        with attempt:
-            written = write(record)
-            health.write_succeeded()
-            return written
-    raise AssertionError("unreachable: tenacity returns or raises")
-
-
-class _Records:
-    """What the runner does with each record it receives: write it (or dead-letter a
-    poison one), then acknowledge it; or hold it back, unacknowledged.
-
-    A record is held when the takeover-gap check refuses it
-    (:class:`~pulsar_state.connectors.sink.TakeoverGapError`: the position was
-    stored by another runner and records between it and this one are still to
-    come), and so are the later records of its partition until the missing ones
-    are written: :class:`~pulsar_state.scheduling.in_order.InOrderGate` asks the
-    consumer to redeliver (it rewinds to the first unacknowledged record) after
-    0.5 s doubling to 30 s, until they come (:func:`~.sink.hold_past_gap`), and
-    passes a gap still open after 60 s with a warning.
-    """
-
-    def __init__(
-        self,
-        sink: SqlUpsertSink,
-        dead_letters: DeadLetters,
-        *,
-        stop: threading.Event,
-        health: SinkHealth,
-        gate: InOrderGate | None = None,
-    ) -> None:
-        self.sink = sink
-        self.dead_letters = dead_letters
-        self.stop = stop
-        self.health = health
-        self.gate = gate or InOrderGate()
-        self._closed = False
-
-    def handle(self, record: SinkRecord, redeliver: Callable[[], None] | None) -> str:
-        """The outcome: ``written``, ``skipped``, ``poisoned`` (acknowledge it) or
-        ``held`` (do not)."""
-        sink, gate, topic = self.sink, self.gate, record.topic
-        try:
-            gate.check(topic, record.position, lambda: sink.trusted_position(topic))
-            try:
-                written = self._past_gap(record, redeliver, self._write)
-                outcome = "written" if written else "skipped"
-            except PoisonRecordError as exc:  # never writable: dead letter or skip
-                self.dead_letters.handle(record, str(exc))
-                self._past_gap(record, redeliver, sink.mark_poisoned)
-                sink.poisoned += 1
-                outcome = "poisoned"
-        except MessageHeldBackError as exc:
-            log.info("%s", exc)
-            return "held"
-        gate.done(topic, record.position)
-        return outcome
-
-    def _write(self, record: SinkRecord, *, past_gap: bool = False) -> bool:
-        """``sink.write``, retried in place while the database fails retriably."""
-        return _write(
-            lambda r: self.sink.write(r, past_gap=past_gap), record, self.stop, self.health
-        )
-
-    def _past_gap(
-        self,
-        record: SinkRecord,
-        redeliver: Callable[[], None] | None,
-        apply: Callable[..., bool],
-    ) -> bool:
-        """``apply(record)``; when the takeover-gap check refuses it, the gate holds it
-        (MessageHeldBackError) or, once the gap was waited out, it is applied past it."""
-        try:
-            return apply(record)
-        except TakeoverGapError as gap:
-            hold_past_gap(self.gate, gap, redeliver, closed=lambda: self._closed)
-            return apply(record, past_gap=True)  # waited out: passed with a warning
-
-    def close(self) -> None:
-        self._closed = True
-        self.gate.close()
 
 
 def runner_auth(config: Mapping[str, Any], flags: ClusterAuth | None = None) -> ClusterAuth:
@@ -282,6 +174,7 @@ def run_sink(
     admin_url = config.get("adminUrl") or None
     admin = auth.admin_endpoint(admin_url) if admin_url else None
     group = GroupSettings.from_config(config)  # validated before connecting
+    limits = BatchLimits.from_config(config)
     if group is not None:
         group = dataclasses.replace(group, admin=auth.admin_endpoint(group.admin_url))
     stop = stop or threading.Event()
@@ -318,25 +211,19 @@ def run_sink(
         idle_since = time.monotonic()
         try:
             while not stop.is_set():
-                got = source.receive(500)
-                if got is None:
+                got = collect(source.receive, lambda m: len(m[0].data()), limits, stop=stop)
+                if not got:
                     if max_idle_s is not None and time.monotonic() - idle_since > max_idle_s:
                         return sink
                     continue
-                msg, consumer = got
                 idle_since = time.monotonic()
-                record = SinkRecord(
-                    topic=msg.topic_name(),
-                    key=read_key(msg.partition_key),
-                    value=msg.data(),
-                    position=Position.from_message_id(msg.message_id()),
-                    properties=dict(msg.properties() or {}),
-                    batch_size=batch_size(msg.message_id()),
+                outcomes = handler.handle_batch(
+                    [(_record(m), c.redeliver_unacknowledged_messages) for m, c in got]
                 )
-                outcome = handler.handle(record, consumer.redeliver_unacknowledged_messages)
-                if outcome != "held":  # a held record comes back when the consumer rewinds
-                    consumer.acknowledge(msg)
-                SINK_RECORDS.labels(outcome).inc()
+                for (msg, consumer), outcome in zip(got, outcomes, strict=True):
+                    if outcome != "held":  # a held record comes back when the consumer rewinds
+                        _acknowledge(consumer, msg)
+                    SINK_RECORDS.labels(outcome).inc()
             return sink
         finally:
             health.consuming(None)
@@ -346,3 +233,24 @@ def run_sink(
         dead_letters.close()
         sink.close()
         client.close()
+
+
+def _record(msg: pulsar.Message) -> SinkRecord:
+    return SinkRecord(
+        topic=msg.topic_name(),
+        key=read_key(msg.partition_key),
+        value=msg.data(),
+        position=Position.from_message_id(msg.message_id()),
+        properties=dict(msg.properties() or {}),
+        batch_size=batch_size(msg.message_id()),
+    )
+
+
+def _acknowledge(consumer: pulsar.Consumer, msg: pulsar.Message) -> None:
+    """Acknowledge a committed record; a consumer closed meanwhile (a group runner gave
+    the partition away while the batch was written) leaves it to the next owner, which
+    skips it as a redelivery."""
+    try:
+        consumer.acknowledge(msg)
+    except pulsar.PulsarException as exc:
+        log.info("could not acknowledge %s (the next owner skips it): %s", msg.message_id(), exc)

@@ -20,14 +20,17 @@ types).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pulsar_state.connectors.sink_columns import VALUE_LAYOUT, Layout
 from pulsar_state.errors import ConfigurationError, PulsarStateError
 from pulsar_state.position import Position
 
@@ -35,6 +38,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "POSITIONS_TABLE",
+    "Change",
     "Cursor",
     "SinkDatabaseError",
     "SqlBackend",
@@ -53,10 +57,16 @@ class SinkDatabaseError(PulsarStateError):
 
     ``retriable`` is true when trying again later can succeed (the server was
     unreachable or the connection dropped); the record was then not applied.
+    ``refused_data`` is true when a statement refused the data it was given (a
+    value that does not fit its column's type, a constraint): a record of it can
+    never be written, while the others can.
     """
 
-    def __init__(self, message: str, *, retriable: bool = False) -> None:
+    def __init__(
+        self, message: str, *, retriable: bool = False, refused_data: bool = False
+    ) -> None:
         self.retriable = retriable
+        self.refused_data = refused_data
         super().__init__(message)
 
 
@@ -117,12 +127,34 @@ class Cursor(Protocol):
 
     def execute(self, sql: str, params: Sequence[Any] = ..., /) -> Any: ...
 
+    def executemany(self, sql: str, params: Sequence[Sequence[Any]], /) -> Any: ...
+
     def fetchone(self) -> Any: ...
 
     def fetchall(self) -> list[Any]: ...
 
     @property
     def description(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Change:
+    """One record for :meth:`SqlBackend.apply_batch`: its topic and position, and what it
+    does to its key's row (``row`` ``None``: nothing, only the position is stored, as
+    for a record that can never be a row; ``()``: delete; else the value columns)."""
+
+    topic: str
+    position: Position
+    key: str | None = None
+    row: tuple[Any, ...] | None = None
+    #: how many messages the record's batch holds (stored with the position)
+    batch_size: int | None = None
+
+
+#: the topic check of :meth:`SqlBackend.apply_batch`: ``(topic, its positions in the
+#: batch, the stored marker or None)`` -> the position at or before which its records
+#: are redeliveries (``None``: none is); raising leaves everything as it was
+TopicCheck = Callable[[str, list[Position], tuple[Position, int | None] | None], Position | None]
 
 
 class SqlBackend(ABC):
@@ -134,6 +166,11 @@ class SqlBackend(ABC):
     placeholder: str
     #: the column type of ledger/entry/batch numbers
     integer_type: str
+    #: whether a batch's rows go in one ``INSERT ... VALUES (...), (...)`` (when all
+    #: value columns are text, so that every row's parameters have one type)
+    multirow_values = False
+    #: rows a multi-row statement takes at most
+    MULTIROW_MAX = 1000
 
     # -- what a backend provides ---------------------------------------------------------
 
@@ -159,19 +196,37 @@ class SqlBackend(ABC):
     def _sql(self, text: str) -> str:
         return text.replace("?", self.placeholder)
 
-    def schema(self, table: str) -> str:
-        """The data table's definition, as recorded in the sink's metadata."""
-        return f"{table}(key TEXT PRIMARY KEY, value TEXT NOT NULL, position TEXT NOT NULL)"
+    def _lock(self, cur: Cursor, topic: str) -> None:  # noqa: B027 (a hook, optional)
+        """Inside a transaction: serialize with the other writers of ``topic``'s position
+        (a backend whose transactions already exclude each other does nothing)."""
 
-    def create_tables(self, table: str) -> None:
+    def schema(self, table: str, layout: Layout = VALUE_LAYOUT) -> str:
+        """The data table's definition, as recorded in the sink's metadata."""
+        return f"{table}(key TEXT PRIMARY KEY, {layout.definitions()}, position TEXT NOT NULL)"
+
+    def create_tables(self, table: str, layout: Layout = VALUE_LAYOUT) -> None:
+        """Create the data and positions tables when missing.
+
+        Raises:
+            ConfigurationError: the data table exists without a column of ``layout``.
+        """
         n = self.integer_type
         self.execute_ddl(
             [
-                f"CREATE TABLE IF NOT EXISTS {self.schema(table)}",
+                f"CREATE TABLE IF NOT EXISTS {self.schema(table, layout)}",
                 f"CREATE TABLE IF NOT EXISTS {POSITIONS_TABLE} "
                 f"(topic TEXT PRIMARY KEY, ledger {n}, entry {n}, batch {n}, batch_size {n})",
             ]
         )
+        with self.transaction(None) as cur:
+            cur.execute(f"SELECT * FROM {table} WHERE 1 = 0")
+            have = {str(d[0]).lower() for d in cur.description}
+        missing = [c for c in ["key", *layout.columns, "position"] if c.lower() not in have]
+        if missing:
+            raise ConfigurationError(
+                f"sink table {table} exists without the columns {missing} of the sink's "
+                "config: drop it, or map the fields to its columns"
+            )
         self._add_batch_size_column()
 
     def _positions_columns(self) -> set[str]:
@@ -223,6 +278,8 @@ class SqlBackend(ABC):
         batch_size: int | None = None,
         replacing: Position | None = None,
         before: Callable[[Position, int | None], None] | None = None,
+        layout: Layout = VALUE_LAYOUT,
+        row: tuple[Any, ...] | None = None,
     ) -> bool:
         """Upsert (or, for an empty value, delete) ``key`` unless ``position`` was applied.
 
@@ -234,24 +291,117 @@ class SqlBackend(ABC):
         ``batch_size``: how many messages the record's batch holds (stored with
         the position). ``before``: called in the transaction with the stored
         position (of this incarnation) and its batch size when the record moves
-        past it; what it raises leaves everything as it was.
+        past it; what it raises leaves everything as it was. ``layout`` and ``row``:
+        the table's value columns and the record's values for them
+        (:mod:`.sink_columns`; default: the value as text in ``value``).
         """
         with self.transaction(topic) as cur:
             if not self._moves_forward(cur, topic, position, replacing, before):
                 return False
-            if value:
-                cur.execute(
-                    self._sql(
-                        f"INSERT INTO {table} (key, value, position) VALUES (?, ?, ?) "
-                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value, "
-                        "position = excluded.position"
-                    ),
-                    (key, value.decode(), str(position)),
-                )
+            if not value:
+                self._write_rows(cur, table, layout, [], [key])
             else:
-                cur.execute(self._sql(f"DELETE FROM {table} WHERE key = ?"), (key,))
+                values = row if row is not None else (value.decode(),)
+                self._write_rows(cur, table, layout, [(key, values, position)], [])
             self._store_position(cur, topic, position, batch_size)
         return True
+
+    def _write_rows(
+        self,
+        cur: Cursor,
+        table: str,
+        layout: Layout,
+        upserts: Sequence[tuple[str, tuple[Any, ...], Position]],
+        deletes: Sequence[str],
+    ) -> None:
+        """Upsert ``(key, value columns, position)`` rows and delete ``deletes`` (distinct keys)."""
+        if upserts:
+            columns = layout.columns
+            names = ", ".join(["key", *columns, "position"])
+            marks = "(" + ", ".join("?" * (len(columns) + 2)) + ")"
+            updates = ", ".join(f"{c} = excluded.{c}" for c in [*columns, "position"])
+            rows = [(key, *values, str(position)) for key, values, position in upserts]
+            if self.multirow_values and layout.all_text and len(rows) > 1:
+                for at in range(0, len(rows), self.MULTIROW_MAX):
+                    chunk = rows[at : at + self.MULTIROW_MAX]
+                    cur.execute(
+                        self._sql(
+                            f"INSERT INTO {table} ({names}) VALUES "
+                            f"{', '.join([marks] * len(chunk))} "
+                            f"ON CONFLICT (key) DO UPDATE SET {updates}"
+                        ),
+                        [p for row in chunk for p in row],
+                    )
+            else:
+                self._execute_many(
+                    cur,
+                    self._sql(
+                        f"INSERT INTO {table} ({names}) VALUES {marks} "
+                        f"ON CONFLICT (key) DO UPDATE SET {updates}"
+                    ),
+                    rows,
+                )
+        if deletes:
+            self._execute_many(
+                cur, self._sql(f"DELETE FROM {table} WHERE key = ?"), [(k,) for k in deletes]
+            )
+
+    @staticmethod
+    def _execute_many(cur: Cursor, sql: str, params: list[tuple[Any, ...]]) -> None:
+        if len(params) == 1:
+            cur.execute(sql, params[0])
+        else:
+            cur.executemany(sql, params)
+
+    def apply_batch(
+        self,
+        table: str,
+        changes: Sequence[Change],
+        check: TopicCheck,
+        *,
+        layout: Layout = VALUE_LAYOUT,
+    ) -> list[bool]:
+        """Apply ``changes`` (records in the order received, of one or more topics) in
+        **one** transaction; for each, whether it was applied.
+
+        Each topic's stored position is locked and read first, and ``check`` (the
+        sink's redelivery and takeover-gap checks, :mod:`.sink_batch_write`) says
+        at or before which position its records are redeliveries: those change
+        nothing. Of the rest, the last change of each key is written (rows
+        upserted or deleted with one ``executemany`` each) and each topic's last
+        position stored, with its batch size. What ``check`` raises, and any
+        database error, leaves everything as it was.
+        """
+        topics: dict[str, list[Position]] = {}
+        for change in changes:
+            topics.setdefault(change.topic, []).append(change.position)
+        with self.transaction(None) as cur:
+            skip_through: dict[str, Position | None] = {}
+            for topic in sorted(topics):  # one lock order for every writer
+                self._lock(cur, topic)
+                skip_through[topic] = check(topic, topics[topic], self.applied_marker(cur, topic))
+            applied: list[bool] = []
+            latest: dict[str, Change] = {}
+            rows: dict[str, Change] = {}
+            for change in changes:
+                done = skip_through[change.topic]
+                forward = done is None or done < change.position
+                applied.append(forward)
+                if forward:
+                    latest[change.topic] = change
+                    if change.key is not None and change.row is not None:
+                        rows.pop(change.key, None)
+                        rows[change.key] = change
+            self._write_rows(
+                cur,
+                table,
+                layout,
+                [(k, c.row, c.position) for k, c in rows.items() if c.row],
+                [k for k, c in rows.items() if not c.row],
+            )
+            for topic, change in latest.items():
+                self._store_position(cur, topic, change.position, change.batch_size)
+        return applied
 
     def advance(
         self,
@@ -302,8 +452,16 @@ class SqlBackend(ABC):
             (topic, position.ledger, position.entry, position.batch, size),
         )
 
-    def rows(self, table: str) -> dict[str, str]:
-        """Every ``key -> value`` of the data table (for tools and tests)."""
+    def rows(self, table: str, layout: Layout = VALUE_LAYOUT) -> dict[str, str]:
+        """Every ``key -> value`` of the data table (for tools and tests); with mapped
+        columns the value is the JSON object of the row's columns."""
+        columns = layout.columns
         with self.transaction(None) as cur:
-            cur.execute(f"SELECT key, value FROM {table}")
-            return {str(key): str(value) for key, value in cur.fetchall()}
+            cur.execute(f"SELECT key, {', '.join(columns)} FROM {table}")
+            found = cur.fetchall()
+        if layout.fields is None:
+            return {str(key): str(value) for key, value in found}
+        return {
+            str(key): json.dumps(dict(zip(columns, values, strict=True)), default=str)
+            for key, *values in found
+        }

@@ -50,7 +50,8 @@ class SqliteBackend(SqlBackend):
             yield db.cursor()
         except sqlite3.Error as exc:
             db.execute("ROLLBACK")
-            raise SinkDatabaseError(f"SQLite {self.path!r}: {exc}") from exc
+            refused = isinstance(exc, sqlite3.IntegrityError | sqlite3.DataError)
+            raise SinkDatabaseError(f"SQLite {self.path!r}: {exc}", refused_data=refused) from exc
         except BaseException:
             db.execute("ROLLBACK")
             raise

@@ -87,6 +87,7 @@ __all__ = [
     "EFFECTIVELY_ONCE",
     "MANUAL",
     "InOrderGate",
+    "at_floor",
     "batch_size",
     "first_missing",
     "marker_value",
@@ -256,6 +257,18 @@ def first_missing(
     return Position(done.ledger, done.entry + 1, -1)
 
 
+def at_floor(position: Position, floor: Position) -> bool:
+    """Whether ``position`` is the held message ``floor`` names: that one, or the
+    first message of its entry when the floor names the entry as a whole (a
+    gap's first missing entry, :func:`first_missing`: batch ``-1``). A batched
+    entry's first message comes as batch ``0``, which compares after ``-1``:
+    read as beyond the floor, it was held behind itself."""
+    if position == floor:
+        return True
+    same_entry = (position.ledger, position.entry) == (floor.ledger, floor.entry)
+    return same_entry and floor.batch < 0 and position.batch == 0
+
+
 class InOrderGate:
     """Per input partition: the first failed message, and the messages held behind it."""
 
@@ -295,11 +308,11 @@ class InOrderGate:
         this message would be held): a floor it reaches was done meanwhile.
         """
         floor = self.floor(topic)
-        if floor is None or not position > floor:
+        if floor is None or not position > floor or at_floor(position, floor):
             return
         self.done(topic, recorded())
         floor = self.floor(topic)
-        if floor is not None and position > floor:
+        if floor is not None and position > floor and not at_floor(position, floor):
             with self._lock:
                 self.held_back += 1
             raise MessageHeldBackError(

@@ -180,6 +180,24 @@ def test_first_missing_is_proved_within_a_ledger_only() -> None:
     assert first_missing(pos(14), pos(3)) is None
 
 
+def test_the_first_message_of_a_batched_missing_entry_passes_its_floor() -> None:
+    """A gap's floor names the missing entry as a whole (batch -1); when that entry
+    is a batch its first message comes as batch 0, which compares after -1. It was
+    held behind its own floor until the gap was waited out (60 s by default)."""
+    gate = InOrderGate(first_retry_s=60)
+    with pytest.raises(MessageHeldBackError):
+        gate.hold_gap(T, pos(27), pos(14), None)
+    assert gate.floor(T) == pos(15)
+    with pytest.raises(MessageHeldBackError):  # a later message of that batch: still held
+        gate.check(T, Position(7, 15, 1), lambda: pos(14))
+    gate.check(T, Position(7, 15, 0), lambda: pos(14))  # the missing entry's first message
+    gate.hold_gap(T, Position(7, 15, 0), pos(14), None)
+    gate.done(T, Position(7, 15, 0))
+    assert gate.floor(T) is None
+    gate.check(T, Position(7, 15, 1), lambda: Position(7, 15, 0))  # the batch's rest flows
+    gate.close()
+
+
 def test_a_gap_is_held_until_delivered_then_waited_out() -> None:
     asked = threading.Event()
     gate = InOrderGate(first_retry_s=0.05, gap_wait_s=0.3)

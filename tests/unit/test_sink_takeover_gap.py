@@ -354,3 +354,85 @@ def test_the_runner_dead_letters_a_poison_record_and_marks_it_done(tmp_path: Any
     assert sink.applied_position(T) == pos(1)
     handler.close()
     sink.close()
+
+
+# -- the runner's batches (issue #28, item 8) --------------------------------------------------
+
+
+def _in_batches(handler: _Records, entries: list[int], size: int, consumer: _Consumer) -> list[str]:
+    """``entries`` delivered in batches of ``size``; the outcomes, in order."""
+    outcomes: list[str] = []
+    for at in range(0, len(entries), size):
+        chunk = [
+            (rec(e), consumer.redeliver_unacknowledged_messages) for e in entries[at : at + size]
+        ]
+        outcomes += handler.handle_batch(chunk)
+    return outcomes
+
+
+@pytest.mark.parametrize("size", [4, 7, 50])
+def test_the_runner_taking_over_in_batches_holds_them_until_the_missing_records_come(
+    sql_database: str, size: int
+) -> None:
+    """The takeover's delivery order in batches: the batch of newer records is held
+    whole, nothing of it written; the rewind's batches write every record once."""
+    _written_by_another_instance(sql_database, range(15))
+    sink = _open(sql_database)
+    consumer = _Consumer()
+    handler = _Records(sink, DeadLetters(None, None), stop=threading.Event(), health=SinkHealth())
+    newer, rewind = TAKEOVER_ORDER[:6], TAKEOVER_ORDER[6:]
+    assert _in_batches(handler, newer, size, consumer) == ["held"] * 6
+    assert sink.applied_position(T) == pos(14), "nothing of the held batches written"
+    assert set(_in_batches(handler, rewind, size, consumer)) == {"written"}
+    assert sql_rows(sql_database, "kv") == _expected(range(40))
+    assert handler.gate.floor(T) is None
+    handler.close()
+    sink.close()
+
+
+def test_a_batch_mixing_the_rewind_with_records_held_before_it(tmp_path: Any) -> None:
+    """Records received before the rewind and the rewind itself in one batch: the
+    ones past the missing record are held (they come again), the rest written."""
+    database = str(tmp_path / "sink.db")
+    _written_by_another_instance(database, range(15))
+    sink = _open(database)
+    consumer = _Consumer()
+    handler = _Records(sink, DeadLetters(None, None), stop=threading.Event(), health=SinkHealth())
+    assert _in_batches(handler, [30, 31], 2, consumer) == ["held", "held"]
+    outcomes = _in_batches(handler, [32, 33, *range(15, 40)], 100, consumer)
+    assert outcomes == ["held", "held", *["written"] * 25]
+    assert sql_rows(database, "kv") == _expected(range(40))
+    handler.close()
+    sink.close()
+
+
+def test_a_gap_in_one_partition_holds_only_its_records(tmp_path: Any) -> None:
+    database = str(tmp_path / "sink.db")
+    _written_by_another_instance(database, range(15))
+    sink = _open(database)
+    other = "persistent://public/default/in-partition-1"
+    handler = _Records(sink, DeadLetters(None, None), stop=threading.Event(), health=SinkHealth())
+    batch = [(rec(30), None), (SinkRecord(other, "u", b"1", pos(3)), None), (rec(31), None)]
+    assert handler.handle_batch(batch) == ["held", "written", "held"]
+    assert sql_rows(database, "kv") == _expected(range(15)) | {"u": "1"}
+    assert sink.applied_position(T) == pos(14)
+    handler.close()
+    sink.close()
+
+
+def test_a_batch_of_the_next_entry_after_a_batch_message_gap(tmp_path: Any) -> None:
+    """The missing record is the first message of a batch entry (L:16 when L:15:0 was
+    written by another instance and L:18 comes first): the rewind's L:16:0 lifts it."""
+    database = str(tmp_path / "sink.db")
+    a = _open(database)
+    assert a.write(SinkRecord(T, "a", b"1", Position(LEDGER, 15, 0), batch_size=1))
+    a.close()
+    sink = _open(database)
+    handler = _Records(sink, DeadLetters(None, None), stop=threading.Event(), health=SinkHealth())
+    late = SinkRecord(T, "c", b"3", Position(LEDGER, 18, -1))
+    assert handler.handle_batch([(late, None)]) == ["held"]
+    rewind = [SinkRecord(T, f"b{i}", b"2", Position(LEDGER, 16, i), batch_size=3) for i in range(3)]
+    assert handler.handle_batch([(r, None) for r in [*rewind, late]]) == ["written"] * 4
+    assert set(sql_rows(database, "kv")) == {"a", "b0", "b1", "b2", "c"}
+    handler.close()
+    sink.close()
