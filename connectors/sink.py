@@ -14,7 +14,9 @@ batch of records in one transaction (:mod:`.sink_batch_write`): its rows and
 each partition's last position; :class:`SinkFunction` one record a
 transaction (Pulsar's runtime acknowledges a record when ``process``
 returns). The table holds the whole value in one column, or the fields of a
-JSON value in columns of their own (:mod:`.sink_columns`). Redelivery after a crash
+JSON value in columns of their own (:mod:`.sink_columns`), named in the config
+or taken from the input topic's schema (``columns: schema``,
+:mod:`.sink_schema`). Redelivery after a crash
 therefore changes nothing; before skipping, the stored position is checked
 against the topic as it is now (:mod:`.topic_incarnation`, one admin call per
 redelivery burst, none for records that move forward): a position of another
@@ -81,6 +83,7 @@ from pulsar_state.cluster.endpoint import AdminEndpoint
 from pulsar_state.connectors.dead_letter import POISON_RECORDS, DeadLetters, read_key
 from pulsar_state.connectors.postgres_backend import PostgresBackend
 from pulsar_state.connectors.sink_columns import VALUE_LAYOUT, layout_from_config
+from pulsar_state.connectors.sink_schema import prepare_table, schema_layout, uses_schema
 from pulsar_state.connectors.sql_backend import (
     SqlBackend,
     database_password,
@@ -259,6 +262,7 @@ class SqlUpsertSink:
         context: Any = None,
         *,
         admin: AdminEndpoint | None = None,
+        topics: list[str] | None = None,
     ) -> None:
         """Connect and create the tables.
 
@@ -266,18 +270,26 @@ class SqlUpsertSink:
         trust (the runner's, config and command line merged); without it, the
         config's ``adminUrl`` with its ``tlsTrustCertsFilePath`` /
         ``tlsAllowInsecureConnection`` and, in a function, the ``adminToken`` secret
-        (:func:`~pulsar_state.runtime.tls.config_admin_endpoint`).
+        (:func:`~pulsar_state.runtime.tls.config_admin_endpoint`). ``topics``: the
+        input topics, whose schema ``columns: schema`` reads (:mod:`.sink_schema`;
+        default: the function's inputs, else the config's ``topic``).
 
         Raises:
-            ConfigurationError: a bad setting, before the database is touched.
+            ConfigurationError: a bad setting (or, with ``columns: schema``, a schema
+                it cannot map or a table that does not match it), before any write.
         """
         table = plain_identifier(config.get("table", "kv"), "table")
-        layout = layout_from_config(config)
         if admin is None:
             admin = config_admin_endpoint(
                 config.get,
                 headers=function_admin_headers(context) if context is not None else None,
             )
+        if uses_schema(config):
+            if topics is None and context is not None:
+                topics = list(context.get_input_topics())
+            layout = schema_layout(config, topics or config.get("topic"), admin)
+        else:
+            layout = layout_from_config(config)
         guard = PositionGuard(
             admin=admin,
             mode=str(config.get("positionMismatch", "reset")),
@@ -285,6 +297,8 @@ class SqlUpsertSink:
         )
         backend = open_backend(config.get("database"), database_password(config, context))
         try:
+            if layout.source is not None:  # from the schema: check the table, add fields
+                prepare_table(backend, table, layout)
             backend.create_tables(table, layout)
         except BaseException:
             backend.close()

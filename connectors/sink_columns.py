@@ -21,19 +21,30 @@ deletes are as before: the message key is the primary key, an empty value
 deletes the row. A value that is not a JSON object is a poison record
 (:mod:`.dead_letter`). A table that exists already must have the columns:
 a missing one is a :class:`~pulsar_state.errors.ConfigurationError` at ``open``.
+
+``columns: schema`` takes the columns from the input topic's registered JSON
+schema instead (:mod:`.sink_schema`): each top-level field a column of its
+name, typed from its Avro type; ``columnTypes`` may still retype a column.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from pulsar_state.errors import ConfigurationError, PoisonRecordError
 
-__all__ = ["VALUE_LAYOUT", "Layout", "layout_from_config"]
+__all__ = ["SCHEMA_COLUMNS", "VALUE_LAYOUT", "Layout", "layout_from_config"]
+
+log = logging.getLogger(__name__)
+
+#: ``columns: schema``: the columns from the input topic's registered schema
+SCHEMA_COLUMNS = "schema"
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TYPE = re.compile(r"[A-Za-z][A-Za-z ]*[A-Za-z](\(\s*\d+\s*(,\s*\d+\s*)?\))?|[A-Za-z]")
@@ -50,6 +61,9 @@ class Layout:
     """
 
     fields: tuple[tuple[str, tuple[str, ...], str], ...] | None = None
+    #: for a layout from a topic's schema (``columns: schema``): which schema version;
+    #: a value's top-level field the layout does not map is then logged, once a field
+    source: str | None = None
 
     @property
     def all_text(self) -> bool:
@@ -89,7 +103,32 @@ class Layout:
                 f"its value is JSON {type(document).__name__}, not an object; "
                 "the sink's columns map an object's fields"
             )
+        if self.source is not None:
+            self._note_unmapped(document)
         return tuple(_cell(_lookup(document, path), t) for _, path, t in self.fields)
+
+    @cached_property
+    def _top_fields(self) -> frozenset[str]:
+        return frozenset(path[0] for _, path, _ in self.fields or ())
+
+    def _note_unmapped(self, document: Mapping[str, Any]) -> None:
+        """Log, once per field, a top-level field the schema read at ``open`` lacks (a
+        newer schema version added it: its column comes with the sink's next ``open``)."""
+        source = self.source or ""
+        for name in document.keys() - self._top_fields:
+            if (source, name) not in _UNMAPPED_SEEN:
+                _UNMAPPED_SEEN.add((source, name))
+                log.warning(
+                    "sink: field %r of a record is not in %s, whose columns the sink "
+                    "writes: a newer schema version? Its value is not stored until the "
+                    "sink is restarted, which adds its column",
+                    name,
+                    source,
+                )
+
+
+#: ``(layout source, field)`` already logged by :meth:`Layout._note_unmapped`
+_UNMAPPED_SEEN: set[tuple[str, str]] = set()
 
 
 #: the default: the whole value in one ``value`` column
@@ -115,14 +154,27 @@ def _cell(value: Any, sql_type: str) -> Any:
     return value
 
 
-def layout_from_config(config: Mapping[str, Any]) -> Layout:
+def layout_from_config(
+    config: Mapping[str, Any],
+    schema: Sequence[tuple[str, str]] | None = None,
+    *,
+    source: str | None = None,
+) -> Layout:
     """The layout of the sink config's ``columns`` and ``columnTypes`` (see the module
     docstring); the default layout without ``columns``.
+
+    ``schema``: for ``columns: schema``, the ``(field, SQL type)`` of each top-level
+    field of the input's schema (:func:`.sink_schema.schema_columns`), ``source``
+    naming it (:attr:`Layout.source`).
+
+    Returns:
+        The table's value columns.
 
     Raises:
         ConfigurationError: a column that is no plain identifier (or is ``key`` or
             ``position``), an empty field path, a type that is not a plain SQL type,
-            a type for a column that is not mapped.
+            a type for a column that is not mapped; ``columns: schema`` without
+            ``schema``.
     """
     columns = config.get("columns")
     types = config.get("columnTypes") or {}
@@ -133,25 +185,36 @@ def layout_from_config(config: Mapping[str, Any]) -> Layout:
             raise ConfigurationError("sink config 'columnTypes' needs 'columns'")
         return VALUE_LAYOUT
     pairs: list[tuple[Any, Any]]
-    if isinstance(columns, Mapping):
+    defaults: dict[str, str] = {}
+    if columns == SCHEMA_COLUMNS:
+        if schema is None:
+            raise ConfigurationError(
+                "sink config 'columns: schema' takes the columns from the input topic's "
+                "schema, which was not read"
+            )
+        pairs = [(name, name) for name, _ in schema]
+        defaults = dict(schema)
+    elif isinstance(columns, Mapping):
         pairs = list(columns.items())
     elif isinstance(columns, Sequence) and not isinstance(columns, str):
         pairs = [(c, c) for c in columns]
     else:
         raise ConfigurationError(
-            "sink config 'columns' must map columns to field paths, or list field names, "
-            f"got {columns!r}"
+            "sink config 'columns' must map columns to field paths, list field names, "
+            f"or be {SCHEMA_COLUMNS!r}, got {columns!r}"
         )
     fields = []
     for column, path in pairs:
+        hint = " (a field of the schema: map it by name, columns: {column: field})"
+        hint = hint if defaults else ""
         if not isinstance(column, str) or not _IDENT.fullmatch(column):
-            raise ConfigurationError(f"sink column {column!r} is not a plain SQL identifier")
+            raise ConfigurationError(f"sink column {column!r} is not a plain SQL identifier{hint}")
         if column.lower() in _RESERVED:
-            raise ConfigurationError(f"sink column {column!r} is the layout's own")
+            raise ConfigurationError(f"sink column {column!r} is the layout's own{hint}")
         parts = tuple(path.split(".")) if isinstance(path, str) else ()
         if not parts or not all(parts):
             raise ConfigurationError(f"sink column {column!r}: field path {path!r} is not valid")
-        sql_type = types.get(column, "TEXT")
+        sql_type = types.get(column, defaults.get(column, "TEXT"))
         if not isinstance(sql_type, str) or not _TYPE.fullmatch(sql_type.strip()):
             raise ConfigurationError(f"sink column {column!r}: type {sql_type!r} is not valid")
         fields.append((column, parts, sql_type.strip()))
@@ -160,4 +223,4 @@ def layout_from_config(config: Mapping[str, Any]) -> Layout:
     unknown = set(types) - {c for c, _, _ in fields}
     if unknown:
         raise ConfigurationError(f"sink config 'columnTypes' names unmapped columns {unknown}")
-    return Layout(tuple(fields))
+    return Layout(tuple(fields), source=source if defaults else None)

@@ -15,7 +15,8 @@ Config (YAML or JSON)::
     batchMaxRecords: 500
     batchMaxBytes: 1048576
     batchMaxDelayMs: 100
-    columns: {customer: customer.name, total: total}   # see .sink_columns
+    columns: {customer: customer.name, total: total}   # see .sink_columns; or
+                                                    # columns: schema (.sink_schema)
     columnTypes: {total: NUMERIC(12, 2)}
     # optional: authentication and TLS, as client.conf spells them (for the broker
     # and the admin API; the command line's --auth-*/--tls-* options win)
