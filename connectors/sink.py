@@ -199,8 +199,6 @@ def hold_past_gap(
     gate: InOrderGate,
     gap: TakeoverGapError,
     redeliver: Callable[[], None] | None,
-    *,
-    closed: Callable[[], bool] = lambda: False,
 ) -> None:
     """Hold the record of ``gap`` in ``gate`` until the missing records are written:
     :meth:`~pulsar_state.scheduling.in_order.InOrderGate.hold_gap` (raises
@@ -211,9 +209,8 @@ def hold_past_gap(
     still waits to rewind after the failover ("consumer is waiting for cursor to
     be rewinded"), is followed by the next one (it used to leave the partition
     still for the runtime's 60 s negative-ack delay when nothing else came).
-    ``closed`` is no longer needed for that: the gate's ``close`` stops the requests.
+    The gate's ``close`` stops the requests.
     """
-    del closed  # the gate stops asking when it is closed
     gate.hold_gap(
         gap.topic, gap.position, gap.stored, redeliver, done_batch_size=gap.stored_batch_size
     )
@@ -560,7 +557,6 @@ class SinkFunction(Function):  # type: ignore[misc]
         self._dead_letters: DeadLetters | None = None
         self._gate = InOrderGate()
         self._lock = threading.Lock()
-        self._closed = False
         self.config_version: int | None = None
 
     def _open(self, context: Any) -> SqlUpsertSink:
@@ -669,16 +665,10 @@ class SinkFunction(Function):  # type: ignore[misc]
                     gap.missing,
                 )
             else:
-                hold_past_gap(
-                    self._gate,
-                    gap,
-                    redeliver_function(context, gap.topic),
-                    closed=lambda: self._closed,
-                )
+                hold_past_gap(self._gate, gap, redeliver_function(context, gap.topic))
             return apply(record, past_gap=True)
 
     def close(self) -> None:
-        self._closed = True
         self._gate.close()
         if self._dead_letters is not None:
             self._dead_letters.close()

@@ -123,7 +123,6 @@ class Records:
         self.stop = stop
         self.health = health
         self.gate = gate or InOrderGate()
-        self._closed = False
 
     def handle(self, record: SinkRecord, redeliver: Redeliver) -> str:
         """The outcome of one record (a batch of one, see :meth:`handle_batch`)."""
@@ -209,7 +208,7 @@ class Records:
             except TakeoverGapError as gap:
                 redeliver = next(i.redeliver for i in live if i.record.topic == gap.topic)
                 try:
-                    hold_past_gap(self.gate, gap, redeliver, closed=lambda: self._closed)
+                    hold_past_gap(self.gate, gap, redeliver)
                 except MessageHeldBackError as exc:
                     log.info("%s", exc)
                     held.add(gap.topic)
@@ -233,5 +232,4 @@ class Records:
             return
 
     def close(self) -> None:
-        self._closed = True
         self.gate.close()
