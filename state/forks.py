@@ -40,7 +40,14 @@ from typing import Any, TypeVar
 
 from pulsar_state.errors import ForkedProcessError
 
-__all__ = ["check_process", "claim_client", "keep_in_children", "next_seq", "process_id"]
+__all__ = [
+    "check_process",
+    "claim_client",
+    "keep_in_children",
+    "next_seq",
+    "process_id",
+    "unique_id",
+]
 
 
 class _Identity:
@@ -76,6 +83,12 @@ def process_id() -> str:
 def next_seq() -> int:
     """The next number of this process's counter (a forked child starts its own)."""
     return next(_IDENTITY.current().seq)
+
+
+def unique_id() -> str:
+    """``<process_id>-<next_seq>``: unique per process and per call (one lookup)."""
+    identity = _IDENTITY.current()
+    return f"{identity.process_id}-{next(identity.seq)}"
 
 
 #: the Pulsar objects of this process (see the module docstring), weakly held

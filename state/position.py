@@ -8,15 +8,13 @@ token; ``read(..., at_least=token)`` waits until local state has applied it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import total_ordering
 
 import pulsar
 
 __all__ = ["Position"]
 
 
-@total_ordering
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, order=False)
 class Position:
     """A point in the state topic's log (``-1`` parts: before the first message)."""
 
@@ -52,13 +50,27 @@ class Position:
         """True for the position before any message (an empty topic's last id)."""
         return self.ledger < 0 or self.entry < 0
 
-    def _key(self) -> tuple[int, int, int]:
-        return (self.ledger, self.entry, self.batch)
-
+    # Compared on every message the tail brings: plain tuple comparisons, no
+    # helper calls (``functools.total_ordering`` costs two calls per ``>``).
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, Position):
             return NotImplemented
-        return self._key() < other._key()
+        return (self.ledger, self.entry, self.batch) < (other.ledger, other.entry, other.batch)
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, Position):
+            return NotImplemented
+        return (self.ledger, self.entry, self.batch) <= (other.ledger, other.entry, other.batch)
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, Position):
+            return NotImplemented
+        return (self.ledger, self.entry, self.batch) > (other.ledger, other.entry, other.batch)
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, Position):
+            return NotImplemented
+        return (self.ledger, self.entry, self.batch) >= (other.ledger, other.entry, other.batch)
 
     def covers(self, target: Position) -> bool:
         """Whether having applied through ``self`` includes ``target``.

@@ -515,7 +515,8 @@ class SharedStateManager(Generic[S, Op]):
     def check_process(self) -> None:
         """Raise :class:`~pulsar_state.ForkedProcessError` in a process forked after
         this manager was made: it works only in the process that made it."""
-        forks.check_process(self._pid, f"the state manager of {self.topic}")
+        if os.getpid() != self._pid:  # (the message is built only then: every call asks)
+            forks.check_process(self._pid, f"the state manager of {self.topic}")
 
     def close(self) -> None:
         """Stop the writer and the reader and release the topic (idempotent).

@@ -90,8 +90,11 @@ class MapCodec(Generic[K, V]):
         return out
 
     def encode(self, op: MapOp[K, V]) -> tuple[str | None, bytes]:
-        key = check_user_key(self.key_serde.to_key(op.key))
-        return key, (b"" if op.is_delete else op.payload)
+        """The op's (message key, payload); the key was checked when the op was
+        made (:meth:`put_op`, :meth:`delete_op`), and the core checks it again
+        for the topic (:func:`~pulsar_state.core.write.entry.encode_write`)."""
+        value = op.value
+        return self.key_serde.to_key(op.key), (b"" if value is _DELETE else op.payload)
 
     def repair(self, state: dict[K, V], keys: set[str]) -> list[MapOp[K, V]]:
         """Ops that re-assert the current value (or absence) of ``keys``."""

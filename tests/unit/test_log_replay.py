@@ -53,7 +53,7 @@ def _replay() -> tuple[LogReplay[dict[str, Any], Any], list[tuple[tuple[str, ...
     # is reported as ((id,), True), a stale one of ours as ((), False)
     outcomes: list[tuple[tuple[str, ...], bool]] = []
     for i in range(1, 21):
-        replay.expect(f"w{i}", lambda _pos, i=i: outcomes.append(((f"w{i}",), True)))
+        replay.expect([(f"w{i}", lambda _pos, i=i: outcomes.append(((f"w{i}",), True)))])
 
     def stale() -> None:
         if replay.take_own_stale():

@@ -240,14 +240,7 @@ class _Tail(LogReplay[State, Op]):
     (as the real tailer receives), and a wait reads it at once."""
 
     def __init__(self, broker: _Broker, codec: SerializerCodec[Op]) -> None:
-        self.lock = threading.RLock()
-        super().__init__(
-            topic=TOPIC,
-            codec=codec,
-            applier=_apply,
-            state={},
-            lock=threading.Condition(self.lock),
-        )
+        super().__init__(topic=TOPIC, codec=codec, applier=_apply, state={})
         self._broker = broker
         self._read = 0
         self._reading = threading.Lock()

@@ -136,7 +136,6 @@ class LogReplay(Generic[S, Op]):
         on_invalid: Literal["skip", "fail"] = "skip",
         start: Position | None = None,
         start_epoch: int = 0,
-        lock: Any = None,
     ) -> None:
         self.topic = topic
         self.state = state
@@ -144,7 +143,10 @@ class LogReplay(Generic[S, Op]):
         self._start = start
         self._codec = codec
         self._applier = applier
-        self._cond: Any = lock if lock is not None else threading.Condition(threading.RLock())
+        #: the state lock (reentrant): plain sections take it directly; ``_cond``
+        #: (on the same lock) is for the sections that wait or notify
+        self.lock = threading.RLock()
+        self._cond = threading.Condition(self.lock)
         self.applied: Position = start or START
         self.epoch: int = start_epoch
         self.invalid_count = 0
@@ -175,11 +177,12 @@ class LogReplay(Generic[S, Op]):
         #: stale or a key is touched by an invalid message: the writer wakes
         self.on_stale: Callable[[], None] | None = None
         # the write being assembled from the current entry
-        self._buf_ops: list[Op] = []
+        #: the payloads of the entry's ops (decoded only when applied: an entry
+        #: the writer applied at its ack is never decoded here)
+        self._buf_payloads: list[bytes] = []
         self._buf_entry: tuple[int, int] | None = None
         self._buf_write: str | None = None
         self._buf_last: Position | None = None
-        self._buf_bad: str | None = None
         self._buf_epoch = 0
         self._buf_keys: list[str] = []
         self._buf_last_msg: pulsar.Message | None = None
@@ -210,11 +213,12 @@ class LogReplay(Generic[S, Op]):
 
     # -- the writer's register ---------------------------------------------------
 
-    def expect(self, write_id: str, on_landed: Callable[[Position], None]) -> None:
-        """Register a write about to be sent: ``on_landed(position)`` runs once
-        it is applied, in landing order, outside the state lock."""
-        with self._cond:
-            self._expected[write_id] = on_landed
+    def expect(self, writes: Iterable[tuple[str, Callable[[Position], None]]]) -> None:
+        """Register the writes of an entry about to be sent, as ``(write_id,
+        on_landed)``: ``on_landed(position)`` runs once the write is applied, in
+        landing order, outside the state lock."""
+        with self.lock:
+            self._expected.update(writes)
 
     def expecting(self, write_id: str) -> bool:
         """Whether ``write_id`` is registered and not applied (a racy look, no lock)."""
@@ -224,7 +228,7 @@ class LogReplay(Generic[S, Op]):
         """Of ``write_ids``, those still registered, now taken off the register:
         called once the writer's new epoch marker is applied, they never landed
         (or landed stale) and may run again."""
-        with self._cond:
+        with self.lock:
             out = {w for w in write_ids if w in self._expected}
             for write_id in out:
                 del self._expected[write_id]
@@ -232,7 +236,7 @@ class LogReplay(Generic[S, Op]):
 
     def take_own_stale(self) -> bool:
         """Whether a registered write landed stale since the last call."""
-        with self._cond:
+        with self.lock:
             stale, self._own_stale = self._own_stale, False
         return stale
 
@@ -319,7 +323,7 @@ class LogReplay(Generic[S, Op]):
             self._apply_buffer(pos, commit.write_id, compacted=False, members=commit.members)
         elif kind == Kind.EPOCH:
             self._flush_buffer()
-            with self._cond:
+            with self.lock:
                 self.epoch = max(self.epoch, epoch_of(pos.ledger, pos.entry))
             self._advance(pos)
         else:
@@ -343,10 +347,7 @@ class LogReplay(Generic[S, Op]):
         self._buf_last_msg = msg  # its publish time, if compaction took the marker
         key = msg.partition_key()
         self._buf_keys.append(key)
-        try:
-            self._buf_ops.append(self._codec.decode(key, msg.data()))
-        except Exception as exc:
-            self._buf_bad = f"undecodable op ({type(exc).__name__}: {exc})"
+        self._buf_payloads.append(msg.data())
 
     def _flush_buffer(self) -> None:
         """Apply ops whose commit marker compaction removed (or a foreign batch's)."""
@@ -362,11 +363,11 @@ class LogReplay(Generic[S, Op]):
         compacted: bool,
         members: tuple[str, ...] = (),
     ) -> None:
-        ops, bad, epoch, keys = self._buf_ops, self._buf_bad, self._buf_epoch, self._buf_keys
+        payloads, epoch, keys = self._buf_payloads, self._buf_epoch, self._buf_keys
         last_msg, self._buf_last_msg = self._buf_last_msg, None
         publish_ms = last_msg.publish_timestamp() if last_msg is not None else 0
-        self._buf_ops, self._buf_entry, self._buf_write = [], None, None
-        self._buf_last, self._buf_bad, self._buf_epoch, self._buf_keys = None, None, 0, []
+        self._buf_payloads, self._buf_entry, self._buf_write = [], None, None
+        self._buf_last, self._buf_epoch, self._buf_keys = None, 0, []
         applied_ops: list[Op] = []
         if epoch >= epoch_of(pos.ledger, pos.entry):
             # no epoch marker can have made this epoch: a marker precedes every
@@ -378,13 +379,13 @@ class LogReplay(Generic[S, Op]):
                 f"write {write_id} claims epoch {epoch}, beyond its own position; skipped",
             )
             self._touched_by_invalid(keys, pos)
-            with self._cond:
+            with self.lock:
                 self._note_stale_locked(members)
                 self._advance_locked(pos)
             self._stale_seen()
             return
         stale = True
-        with self._cond:
+        with self.lock:
             if (pos.ledger, pos.entry) in self._own_entries:
                 return  # applied at its ack while its messages were on the way
             if epoch < self.epoch:
@@ -405,7 +406,8 @@ class LogReplay(Generic[S, Op]):
         if stale:
             self._stale_seen()
             return
-        with self._cond:
+        ops, bad = self._decode(keys, payloads)
+        with self.lock:
             if (pos.ledger, pos.entry) in self._own_entries:
                 return  # applied at its ack meanwhile
             if members and all(m in self._recent for m in members):
@@ -432,6 +434,17 @@ class LogReplay(Generic[S, Op]):
         if bad is not None:
             self._stale_seen()
         self._deliver()
+
+    def _decode(self, keys: list[str], payloads: list[bytes]) -> tuple[list[Op], str | None]:
+        """An entry's ops, and why they do not decode (``None``: they do)."""
+        codec = self._codec
+        ops: list[Op] = []
+        for key, payload in zip(keys, payloads, strict=True):
+            try:
+                ops.append(codec.decode(key, payload))
+            except Exception as exc:
+                return [], f"undecodable op ({type(exc).__name__}: {exc})"
+        return ops, None
 
     def _apply_locked(
         self, ops: Sequence[Op], pos: Position, write_id: str | None, epoch: int
@@ -528,7 +541,7 @@ class LogReplay(Generic[S, Op]):
         if decoded is None:  # the replay counts it when the entry arrives
             return False
         write_id, members, epoch = own.write_id, own.members, own.epoch
-        with self._cond:
+        with self.lock:
             applied = self.applied
             if (
                 not applied.covers(after)
@@ -549,27 +562,27 @@ class LogReplay(Generic[S, Op]):
     def _passed_own(self, entry: tuple[int, int], pos: Position) -> bool:
         """Whether ``pos`` is in an entry applied at its ack (then it is skipped);
         forgets the own entries the replay has gone past."""
-        with self._cond:
+        with self.lock:
             order = self._own_order
             while order and order[0] < entry:
                 self._own_entries.discard(order.popleft())
             if entry not in self._own_entries:
                 return False
             if self._buf_entry == entry:  # its first messages came before the ack
-                self._buf_ops, self._buf_entry, self._buf_write = [], None, None
-                self._buf_last, self._buf_bad, self._buf_epoch, self._buf_keys = None, None, 0, []
+                self._buf_payloads, self._buf_entry, self._buf_write = [], None, None
+                self._buf_last, self._buf_epoch, self._buf_keys = None, 0, []
                 self._buf_last_msg = None
             self.received += 1
             return True
 
     def _advance(self, pos: Position) -> None:
-        with self._cond:
+        with self.lock:
             self._advance_locked(pos)
 
     def _touched_by_invalid(self, keys: Iterable[str | None], pos: Position) -> None:
         """A skipped message under a user key would be the key's last value after
         compaction: mark the key so that the writer re-asserts its real value."""
-        with self._cond:
+        with self.lock:
             for key in keys:
                 if key and not key.startswith(RESERVED_PREFIX):
                     self.stale_keys[key] = pos

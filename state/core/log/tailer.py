@@ -86,8 +86,6 @@ class Tailer(LogReplay[S, Op]):
         start_epoch: int = 0,
         read_compacted: bool | None = None,
     ) -> None:
-        self.lock = threading.RLock()
-        cond = threading.Condition(self.lock)
         super().__init__(
             topic=topic,
             codec=codec,
@@ -96,12 +94,13 @@ class Tailer(LogReplay[S, Op]):
             on_invalid=config.on_invalid_message,
             start=start,
             start_epoch=start_epoch,
-            lock=cond,
         )
         self._config = config
         self.failure: PulsarStateError | None = None
         self._closed = False
         self._waiters: list[tuple[Position, int, Future[Position]]] = []
+        #: threads in wait_applied (notified when ``applied`` moves; none: no notify)
+        self._sleepers = 0
         self._seq = itertools.count()
         self._last_msg: Any = None  # the last received message (native), to acknowledge
         self._last_ack = time.monotonic()
@@ -245,7 +244,11 @@ class Tailer(LogReplay[S, Op]):
                         f"state did not reach {target} within {timeout_s:.1f}s "
                         f"(applied {self.applied})"
                     )
-                self._cond.wait(remaining)
+                self._sleepers += 1
+                try:
+                    self._cond.wait(remaining)
+                finally:
+                    self._sleepers -= 1
             return self.applied
 
     def when_applied(self, target: Position) -> Future[Position]:
@@ -435,7 +438,8 @@ class Tailer(LogReplay[S, Op]):
 
     def _advanced(self) -> None:
         """Under the lock, after ``applied`` moved: wake waiters."""
-        self._cond.notify_all()
+        if self._sleepers:
+            self._cond.notify_all()
         while self._waiters and self.applied.covers(self._waiters[0][0]):
             _, _, fut = heapq.heappop(self._waiters)
             futures.set_result(fut, self.applied)

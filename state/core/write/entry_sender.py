@@ -28,9 +28,7 @@ key.
 
 from __future__ import annotations
 
-import functools
 import queue
-from collections.abc import Callable
 from typing import Any
 
 import _pulsar
@@ -52,7 +50,10 @@ class PublishFailedError(Exception):
 
 def entry_size(ops: list[tuple[str | None, bytes]]) -> int:
     """Bytes an entry of these (key, payload)s takes, message overhead included."""
-    return sum(len(key or "") + len(payload) + MESSAGE_OVERHEAD_BYTES for key, payload in ops)
+    size = len(ops) * MESSAGE_OVERHEAD_BYTES
+    for key, payload in ops:
+        size += len(payload) + (len(key) if key else 0)
+    return size
 
 
 class Acks:
@@ -120,23 +121,19 @@ def _send(
     producer._producer.send_async(_native(m, alone=alone), callback)
 
 
-def _without_callback(call: Callable[[Any], None]) -> None:
-    """``call(callback)`` with no Python callback; with ``_ignore`` from the
-    first time a client build refuses ``None`` (refused before anything was
-    sent or flushed)."""
-    try:
-        call(_NoCallback.value)
-    except TypeError:
-        if _NoCallback.value is _ignore:
-            raise
-        _NoCallback.value = _ignore
-        call(_ignore)
-
-
 def _send_leading(producer: pulsar.Producer, messages: list[OutgoingMessage]) -> None:
-    """All but the last of an entry's messages (the last one reports for all)."""
+    """All but the last of an entry's messages (the last one reports for all),
+    with no Python callback (see :class:`_NoCallback`)."""
+    send = producer._producer.send_async
     for m in messages[:-1]:
-        _without_callback(functools.partial(_send, producer, m))
+        native = _native(m)
+        try:
+            send(native, _NoCallback.value)
+        except TypeError:  # refused before anything was sent or flushed
+            if _NoCallback.value is _ignore:
+                raise
+            _NoCallback.value = _ignore
+            send(native, _ignore)
 
 
 def send_entry(

@@ -28,7 +28,7 @@ Op = TypeVar("Op")
 
 def new_write_id() -> str:
     """Unique per process (random, made anew in a forked child) and per write (a counter)."""
-    return f"{forks.process_id()}-{forks.next_seq()}"
+    return forks.unique_id()
 
 
 @dataclass(eq=False)

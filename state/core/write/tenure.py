@@ -51,6 +51,7 @@ from pulsar_state.core.log.format import epoch_message, epoch_of
 from pulsar_state.core.log.tailer import Tailer
 from pulsar_state.core.write.entry_sender import Acks, PublishFailedError, send_entry
 from pulsar_state.core.write.takeover import TakeoverLimiter
+from pulsar_state.core.write.waiting_probe import WaitingProbe
 from pulsar_state.errors import (
     FencedError,
     OperationTimeoutError,
@@ -138,7 +139,7 @@ class Tenure:
         a tenure's end within the given bound (see :meth:`keep_if_alone`);
         ``None``: every tenure ends."""
         self._client = client
-        self._waiting_writers = waiting_writers
+        self._probe = WaitingProbe(topic, waiting_writers) if waiting_writers else None
         self._next_ask = 0.0  # monotonic time from which to ask waiting_writers again
         self._topic = topic
         self._tailer = tailer
@@ -206,37 +207,27 @@ class Tenure:
         producer and an epoch marker every ``max_tenure_s`` (about 10 ms of
         stalled writes on a local broker, twice a second by default). The
         broker counts the producers queued behind ours; while it counts none,
-        we keep the topic. Unknown (no answer in time, an error): the tenure
-        ends as before; no permission to read the topic's stats: it ends
-        every time from then on. Asks at most every ``_ASK_EVERY`` of the
-        tenure, with a bounded call; never while a waiter was just seen.
+        we keep the topic. From ``_ASK_FROM`` of the tenure on, at most every
+        ``_ASK_EVERY`` of it, the question goes to a :class:`WaitingProbe`,
+        which asks on its own thread; a later call takes the answer if it has
+        come. The writer never waits for the broker's answer. Unknown (no
+        answer yet or in time, an error), or an answer about an earlier
+        tenure: the tenure ends as before; no permission to read the topic's
+        stats: it ends every time from then on.
         """
         limit = self._config.max_tenure_s
-        ask = self._waiting_writers
-        if ask is None or limit is None or not self._config.queueing or self.producer is None:
+        probe = self._probe
+        if probe is None or limit is None or not self._config.queueing or self.producer is None:
+            return
+        if probe.answer(tag=self.epoch) == 0 and self.producer is not None:
+            self._held_since = time.monotonic()
+            metrics.TENURES_KEPT.labels(*self._labels).inc()
             return
         now = time.monotonic()
         if now < self._next_ask or now - self._held_since < limit * _ASK_FROM:
             return
         self._next_ask = now + limit * _ASK_EVERY
-        try:
-            waiting = ask(timeout_s=min(_ASK_TIMEOUT_S, limit / 4))
-        except PermissionDeniedError as exc:
-            log.warning(
-                "%s: cannot read the topic's stats (%s); this writer lets go of the "
-                "topic every max_tenure_s (%.3g s) whether or not another writer waits",
-                self._topic,
-                exc,
-                limit,
-            )
-            self._waiting_writers = None
-            return
-        except Exception as exc:  # unknown: let the tenure end
-            log.debug("could not tell whether writers wait for %s: %s", self._topic, exc)
-            return
-        if waiting == 0 and self.producer is not None:
-            self._held_since = time.monotonic()
-            metrics.TENURES_KEPT.labels(*self._labels).inc()
+        probe.ask(timeout_s=min(_ASK_TIMEOUT_S, limit / 4), tag=self.epoch)
 
     def _access_mode(self) -> Any:
         if self._config.access_mode == "adaptive":

@@ -249,7 +249,7 @@ class Writer(Generic[S, Op]):
             return self._front.popleft()
         holding = self._tenure.holding
         if holding:
-            self._tenure.keep_if_alone()  # may ask the broker (a bounded call)
+            self._tenure.keep_if_alone()  # asks the broker on another thread
         idle = self._config.effective_idle_release_s if holding else None
         try:
             item = self._inbox.get(timeout=idle)
@@ -480,8 +480,7 @@ class Writer(Generic[S, Op]):
         messages = entry_messages(
             self.writer_id, [r.write_id for r in members], ops, epoch, self._compactable
         )
-        for request in members:
-            self._tailer.expect(request.write_id, functools.partial(self._landed, request))
+        self._tailer.expect([(r.write_id, functools.partial(self._landed, r)) for r in members])
         self._unsettled.extend(members)
         try:
             landed = send_entry(
