@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SOURCES := setup.py pyproject.toml pyspark_pulsar_state.py $(shell find state functions connectors deploy -name '*.py' -o -name '*.yaml' -o -name py.typed 2>/dev/null)
 
-.PHONY: test-cluster test-loaded check-min-deps bench bench-spark-changelog test-faults bench-core bench-sink bench-spark deploy undeploy package run test test-unit test-integration lint format broker-start broker-stop clean
+.PHONY: test-cluster test-loaded check-min-deps bench bench-cluster bench-spark-changelog test-faults bench-core bench-sink bench-spark deploy undeploy package run test test-unit test-integration lint format broker-start broker-stop clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,7 @@ clean:
 	-$(VENV)/bin/pulsar-state broker stop --data-dir .pulsar/test
 	-$(VENV)/bin/pulsar-state cluster stop --data-dir .pulsar/test-cluster
 	-$(VENV)/bin/pulsar-state cluster stop --data-dir .pulsar/test-cluster-bookies
+	-$(VENV)/bin/pulsar-state cluster stop --data-dir .pulsar/bench-cluster
 	rm -rf build .pulsar .pytest_cache .mypy_cache .ruff_cache *.egg-info
 
 BENCH_STAMP := $(VENV)/.installed-bench
@@ -92,6 +93,13 @@ $(BENCH_STAMP): $(STAMP)
 # BENCH_ARGS="--rounds 5 ..."; BENCH_ARGS=--smoke: a tiny end-to-end check (.cache/bench/)
 bench: $(BENCH_STAMP)
 	$(PY) -m bench.peers $(BENCH_ARGS)
+
+# the same put, read and contended-update workloads with the Pulsar systems on a local
+# cluster (2 brokers, 2 bookies fsyncing their journals, no auth) started fresh on
+# .pulsar/bench-cluster and stopped at the end, etcd and ZooKeeper in the same run:
+# bench/results/peers_cluster.md; BENCH_ARGS as for bench (--smoke, --rounds, --via owner)
+bench-cluster: $(BENCH_STAMP)
+	$(PY) -m bench.peers_cluster $(BENCH_ARGS)
 
 bench-core: $(STAMP)
 	$(PY) -m bench.core

@@ -38,8 +38,14 @@ _JOURNAL_SYNC = re.compile(r'"journalSyncData" : "(true|false)"')
 
 def logged_journal_sync(standalone: StandaloneBroker) -> bool | None:
     """The bookie's ``journalSyncData`` as its last start logged it (its config dump)."""
+    return journal_sync_in_log(standalone.log_file)
+
+
+def journal_sync_in_log(log_file: Path) -> bool | None:
+    """``journalSyncData`` as the last bookie start logged in ``log_file`` logged it
+    (``None``: no such log, or no config dump in it)."""
     try:
-        text = standalone.log_file.read_text(errors="replace")
+        text = log_file.read_text(errors="replace")
     except OSError:
         return None
     found = _JOURNAL_SYNC.findall(text)

@@ -128,8 +128,17 @@ def _client(spec: PeerSpec) -> pulsar.Client:
     )
 
 
+def state_topic(namespace: str) -> str:
+    """The state topic of a Pulsar peer opened on ``namespace`` (its :class:`PeerSpec`'s).
+
+    Returns:
+        Its full name.
+    """
+    return full_topic_name(f"bench-peers-{namespace}")
+
+
 def _topic(spec: PeerSpec) -> str:
-    return full_topic_name(f"bench-peers-{spec.namespace}")
+    return state_topic(spec.namespace)
 
 
 def _plus_one(value: bytes | None) -> bytes:

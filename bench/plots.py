@@ -1,7 +1,8 @@
 """PNG bar charts for the peer benchmark: medians with min-max whiskers.
 
-One bar per system and broker column; the Pulsar systems' ``fsync off`` bars
-are hatched, etcd and ZooKeeper (which always fsync) appear once.
+One bar per system and broker column; the Pulsar systems' bars of a second
+column (``fsync off``, ``via non-owner``) are hatched, etcd and ZooKeeper
+(which always fsync) appear once.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 if TYPE_CHECKING:
-    from bench.peers import Workload
+    from bench.peers_report import Workload
 
+#: the first column of each bench (plain bars; the others are hatched)
+HEADLINES = ("fsync on", "via owner")
 COLORS = {
     "pulsar-map": "#1f77b4",
     "pulsar-map-wait": "#17becf",
@@ -32,7 +35,7 @@ COLORS = {
 
 def plot_workload(workload: Workload, path: Path) -> None:
     order = list(COLORS)
-    columns = sorted({c for _, c in workload.series}, key=lambda c: c != "fsync on")
+    columns = sorted({c for _, c in workload.series}, key=lambda c: (c not in HEADLINES, c))
     series = sorted(
         (s for s in workload.series.values() if s.values),
         key=lambda s: (
@@ -57,7 +60,7 @@ def plot_workload(workload: Workload, path: Path) -> None:
         color=[COLORS.get(s.system, "#999999") for s in series],
     )
     for bar, s in zip(bars, series, strict=True):
-        if s.column == "fsync off":
+        if s.column not in HEADLINES:
             bar.set_hatch("//")
             bar.set_edgecolor("white")
     ax.set_xticks(range(len(series)), names, fontsize=7, rotation=30, ha="right")

@@ -86,6 +86,9 @@ class ClusterConfig:
         gc: JVM garbage collector flags (``PULSAR_GC``) of every process.
         start_timeout_s: how long a start waits for each step to be ready.
         broker_settings: extra ``broker.conf`` settings of every broker (they win).
+        bookie_settings: extra ``bookkeeper.conf`` settings of every bookie (they
+            win), e.g. ``{"journalSyncData": "true"}`` stated explicitly (the
+            distribution's ``bookkeeper.conf`` already fsyncs the journal).
     """
 
     brokers: int = 2
@@ -100,6 +103,7 @@ class ClusterConfig:
     gc: str = DEFAULT_GC
     start_timeout_s: float = 240.0
     broker_settings: dict[str, str] = field(default_factory=dict)
+    bookie_settings: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _count("brokers", self.brokers, MAX_BROKERS)
@@ -119,11 +123,12 @@ class ClusterConfig:
         timeout = self.start_timeout_s
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
             raise ConfigurationError(f"start_timeout_s must be > 0, got {timeout!r}")
-        extra = self.broker_settings
-        if not isinstance(extra, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in extra.items()
-        ):
-            raise ConfigurationError(f"broker_settings must map str to str, got {extra!r}")
+        for label in ("broker_settings", "bookie_settings"):
+            extra = getattr(self, label)
+            if not isinstance(extra, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in extra.items()
+            ):
+                raise ConfigurationError(f"{label} must map str to str, got {extra!r}")
 
     def layout(self) -> dict[str, Any]:
         """What a data directory's data depends on (a change needs a fresh start)."""
@@ -306,11 +311,14 @@ def zookeeper_settings(ports: ClusterPorts, data_dir: Path) -> dict[str, str]:
     }
 
 
-def bookie_settings(ports: ClusterPorts, index: int, data_dir: Path) -> dict[str, str]:
-    """``bookkeeper.conf`` overrides of bookie ``index``: loopback, small caches."""
+def bookie_settings(
+    ports: ClusterPorts, index: int, data_dir: Path, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """``bookkeeper.conf`` overrides of bookie ``index``: loopback, small caches,
+    then ``extra`` (:attr:`ClusterConfig.bookie_settings`, which wins)."""
     own = ports.bookies[index]
     home = data_dir / "data" / f"bookie-{index}"
-    return {
+    settings = {
         "bookiePort": str(own.bookie),
         "advertisedAddress": LOOPBACK,
         "allowLoopback": "true",
@@ -329,6 +337,8 @@ def bookie_settings(ports: ClusterPorts, index: int, data_dir: Path) -> dict[str
         # write the journal as soon as its queue is empty (see standalone_config)
         "journalFlushWhenQueueEmpty": "true",
     }
+    settings.update(extra or {})
+    return settings
 
 
 def broker_settings(

@@ -109,7 +109,7 @@ class ClusterFiles:
         )
         bk_template = (templates / "bookkeeper.conf").read_text()
         for i in range(self.config.bookies):
-            bk = bookie_settings(ports, i, self.data_dir)
+            bk = bookie_settings(ports, i, self.data_dir, self.config.bookie_settings)
             self.conf(f"bookie-{i}").write_text(merge_properties(bk_template, bk))
         broker_template = (templates / "broker.conf").read_text()
         worker_template = yaml.safe_load((templates / "functions_worker.yml").read_text())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import peer_clients, peers
+from bench import peer_clients, peer_runs, peers, peers_report
 from bench.common import RESULTS, logged_journal_sync
 from bench.local_server import BenchSetupError
 from pulsar_state.deploy.standalone import StandaloneBroker
@@ -49,7 +49,7 @@ def test_the_faster_etcd_client_is_the_reference_and_both_are_reported(
 ) -> None:
     w = _put_workload(etcd3, aetcd)
     assert w.etcd_reference(peers.ON) == faster
-    lines, records = peers._ratio_rows(w, [peers.ON, peers.OFF])
+    lines, records = peers_report._ratio_rows(w, [peers.ON, peers.OFF])
     text = "\n".join(lines)
     assert f"etcd reference: `{faster}`" in text
     assert "`etcd-etcd3`" in text and "`etcd-aetcd`" in text  # both clients' figures named
@@ -77,7 +77,7 @@ def test_the_faster_etcd_client_is_the_reference_and_both_are_reported(
 
 def test_every_table_has_p50_and_p99_for_every_column() -> None:
     w = _put_workload([200.0, 210.0, 190.0], [150.0, 160.0, 140.0])
-    lines = peers._system_table(w, [peers.ON, peers.OFF])
+    lines = peers_report._system_table(w, [peers.ON, peers.OFF])
     assert lines[0].count("p50 µs") == 2 and lines[0].count("p99 µs") == 2
     assert "fsync on: ops/s" in lines[0] and "fsync off: ops/s" in lines[0]
     rows = {line.split("|")[1].strip(): line for line in lines[2:]}
@@ -91,9 +91,9 @@ def test_a_workload_measured_on_the_headline_broker_only_gets_one_column() -> No
     w = peers.Workload("read", "linearizable read of one key", "ops/s", True)
     _series(w, "pulsar-map", peers.ON, [300.0])
     _series(w, "zookeeper", peers.ON, [200.0])
-    measured = peers._columns(w, [peers.ON, peers.OFF])
+    measured = peers_report._columns(w, [peers.ON, peers.OFF])
     assert measured == [peers.ON]
-    assert peers.OFF not in peers._system_table(w, measured)[0]
+    assert peers.OFF not in peers_report._system_table(w, measured)[0]
 
 
 def test_busy_machine_and_smoke_runs_say_so_at_the_top() -> None:
@@ -132,7 +132,7 @@ def test_a_missing_client_is_a_clear_message_not_a_traceback(
 def test_the_environment_of_spawned_children_is_restored() -> None:
     key = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"
     before = os.environ.get(key)
-    with peers._environment({key: "python"}):
+    with peer_runs._environment({key: "python"}):
         assert os.environ[key] == "python"
     assert os.environ.get(key) == before
 
