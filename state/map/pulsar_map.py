@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from types import MappingProxyType
-from typing import Any, Generic, NoReturn, Self, TypeVar, cast, overload
+from typing import Any, NoReturn, Self, TypeVar, cast, overload
 
 import pulsar
 
@@ -53,6 +53,7 @@ from pulsar_state.map.checkpoint.format import Manifest
 from pulsar_state.map.checkpoint.policy import CheckpointPolicy, resolve_policy
 from pulsar_state.map.checkpoint.writer import checkpointer_factory
 from pulsar_state.map.op import MapCodec, MapOp, apply_map_op, copy_value
+from pulsar_state.map.reads import MapReads
 from pulsar_state.map.watch import (
     DEFAULT_MAX_PENDING,
     MapChange,
@@ -69,7 +70,7 @@ V = TypeVar("V")
 R = TypeVar("R")
 
 
-class PulsarMap(Generic[K, V]):
+class PulsarMap(MapReads[K, V]):
     """A key-value map replicated through a Pulsar topic. See the module docstring."""
 
     def __init__(
@@ -136,122 +137,6 @@ class PulsarMap(Generic[K, V]):
     def topic(self) -> str:
         """The state topic's full name (``persistent://tenant/namespace/name``)."""
         return self.manager.topic
-
-    # -- helpers --------------------------------------------------------------
-
-    def _read(self, fn: Callable[[dict[K, V]], R], latest: bool) -> Future[R]:
-        return self.manager.read(fn, latest)
-
-    # -- reads ----------------------------------------------------------------
-
-    def get(self, key: K, latest: bool = False) -> Future[V | None]:
-        """The value of ``key``; with ``latest``, after catching up with the topic.
-
-        Returns:
-            A future of a copy of the value, or ``None`` if ``key`` is absent.
-
-        Raises:
-            ForkedProcessError: at the call (see *Errors* in the module docstring).
-            StateClosedError, OperationTimeoutError: through the future (the
-                latter only with ``latest=True``).
-        """
-        return self._read(lambda s: copy_value(s.get(key)), latest)
-
-    def get_or_default(self, key: K, default: V, latest: bool = False) -> Future[V]:
-        """The value of ``key``, or ``default`` if it is absent.
-
-        Returns:
-            A future of a copy of the value, or of ``default``.
-
-        Raises:
-            ForkedProcessError: at the call (see *Errors* in the module docstring).
-            StateClosedError, OperationTimeoutError: through the future (the
-                latter only with ``latest=True``).
-        """
-        return self._read(lambda s: copy_value(s[key]) if key in s else default, latest)
-
-    def contains(self, key: K, latest: bool = False) -> Future[bool]:
-        """Whether ``key`` is in the map.
-
-        Returns:
-            A future of ``True`` if ``key`` is present.
-
-        Raises:
-            ForkedProcessError: at the call (see *Errors* in the module docstring).
-            StateClosedError, OperationTimeoutError: through the future (the
-                latter only with ``latest=True``).
-        """
-        return self._read(lambda s: key in s, latest)
-
-    def size(self, latest: bool = False) -> Future[int]:
-        """The number of keys in the map.
-
-        Returns:
-            A future of the key count.
-
-        Raises:
-            ForkedProcessError: at the call (see *Errors* in the module docstring).
-            StateClosedError, OperationTimeoutError: through the future (the
-                latter only with ``latest=True``).
-        """
-        return self._read(len, latest)
-
-    def list_keys(self, latest: bool = False) -> Future[list[K]]:
-        """The keys of the map.
-
-        Returns:
-            A future of a new list of the keys (in no particular order).
-
-        Raises:
-            ForkedProcessError: at the call (see *Errors* in the module docstring).
-            StateClosedError, OperationTimeoutError: through the future (the
-                latter only with ``latest=True``).
-        """
-        return self._read(list, latest)
-
-    def items(self, latest: bool = False) -> Future[dict[K, V]]:
-        """A copy of the whole map.
-
-        Returns:
-            A future of a new dict holding copies of every value.
-
-        Raises:
-            ForkedProcessError: at the call (see *Errors* in the module docstring).
-            StateClosedError, OperationTimeoutError: through the future (the
-                latter only with ``latest=True``).
-        """
-        return self._read(lambda s: {k: copy_value(v) for k, v in s.items()}, latest)
-
-    def scan(
-        self,
-        filter: Callable[[K, V], bool],
-        processor: Callable[[K, V], Any],
-        latest: bool = False,
-    ) -> Future[int]:
-        """Call ``processor(k, v)`` for each entry ``filter`` accepts; count them.
-
-        Runs under the state lock on a consistent view; keep both functions quick.
-
-        Returns:
-            A future of how many entries ``filter`` accepted.
-
-        Raises:
-            Exception: through the future, whatever ``filter`` or ``processor``
-                raises, unchanged (the scan stops there).
-            ForkedProcessError: at the call (see *Errors* in the module docstring).
-            StateClosedError, OperationTimeoutError: through the future (the
-                latter only with ``latest=True``).
-        """
-
-        def run(state: dict[K, V]) -> int:
-            count = 0
-            for k, v in state.items():
-                if filter(k, v):
-                    processor(k, copy_value(v))
-                    count += 1
-            return count
-
-        return self._read(run, latest)
 
     # -- writes ---------------------------------------------------------------
 

@@ -27,7 +27,8 @@ from harness import PulsarEndpoint, unique_name, unique_topic, wait_until
 from postgres_server import sql_rows
 
 from pulsar_state import PulsarMap
-from pulsar_state.connectors.sink import SqlUpsertSink, owner_key
+from pulsar_state.connectors.sink import SqlUpsertSink
+from pulsar_state.connectors.sink_function import owner_key
 from pulsar_state.connectors.sink_runner import run_sink
 from pulsar_state.deploy.function_ready import DeployedFunction
 from pulsar_state.deploy.pulsar_admin import PulsarAdminCli

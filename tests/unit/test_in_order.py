@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from pulsar_state.connectors.sink import SinkFunction, SinkRecord, SqlUpsertSink
+from pulsar_state.connectors.sink import SinkRecord, SqlUpsertSink
+from pulsar_state.connectors.sink_function import SinkFunction
 from pulsar_state.errors import ConfigurationError, MessageHeldBackError, PoisonRecordError
 from pulsar_state.functions.stateful import StatefulFunction
 from pulsar_state.position import Position

@@ -22,12 +22,12 @@ from postgres_server import sql_rows
 
 from pulsar_state.connectors.dead_letter import DeadLetters
 from pulsar_state.connectors.sink import (
-    SinkFunction,
     SinkRecord,
     SqlUpsertSink,
     TakeoverGapError,
     open_backend,
 )
+from pulsar_state.connectors.sink_function import SinkFunction
 from pulsar_state.connectors.sink_health import SinkHealth
 from pulsar_state.connectors.sink_runner import _Records
 from pulsar_state.errors import MessageHeldBackError
