@@ -102,11 +102,10 @@ def test_a_waiting_writer_gets_the_topic_after_one_tenure(
         writing.start()
         time.sleep(1.0)  # the holder's tenures are being kept: nobody waits yet
         assert _count(metrics.TENURES_KEPT, holder.topic) >= 1
-        started = time.monotonic()
         waiter.put("waiter", 1).result(timeout=60)
-        waited = time.monotonic() - started
+        # let in at a tenure's end: a holder that never let go would have been
+        # fenced once the waiter's operation timeout ran out (a takeover)
         assert _count(metrics.TAKEOVERS, waiter.topic) == 0, "the waiter had to fence"
-        assert waited < 10, f"the waiter got the topic after {waited:.1f} s"
         assert holder.get("waiter", latest=True).result(timeout=30) == 1
     finally:
         stop.set()
