@@ -55,15 +55,23 @@ class CallbackThread:
         self._closed = False
 
     def submit(self, fn: Callable[..., object], *args: Any) -> None:
-        """Run ``fn(*args)`` on the callback thread, after what was handed over before."""
+        """Run ``fn(*args)`` on the callback thread, after what was handed over
+        before (on the calling thread once closed)."""
+        if not self.offer(fn, *args):
+            _call(fn, args)
+
+    def offer(self, fn: Callable[..., object], *args: Any) -> bool:
+        """Hand ``fn(*args)`` over as :meth:`submit` does; ``False`` (nothing
+        run, here or there) once closed. For a caller that must not run
+        ``fn`` itself (the client's IO thread)."""
         with self._lock:
-            if not self._closed:
-                if self._thread is None:
-                    self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-                    self._thread.start()
-                self._queue.put((fn, args))
-                return
-        _call(fn, args)
+            if self._closed:
+                return False
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+            self._queue.put((fn, args))
+            return True
 
     def close(self, timeout_s: float | None = None) -> None:
         """Run what was handed over, then end the thread (idempotent).

@@ -52,6 +52,7 @@ from pulsar_state.errors import (
     ConfigurationError,
     OperationTimeoutError,
     PulsarStateError,
+    StateClosedError,
 )
 from pulsar_state.position import Position
 from pulsar_state.topic_names import full_topic_name
@@ -179,6 +180,9 @@ class SharedStateManager(Generic[S, Op]):
         short = self.topic.rsplit("/", 1)[-1]
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"pss-read-{short}")
         self._callbacks = CallbackThread(f"pss-callbacks-{short}")
+        #: latest reads' replies: the broker's answer handed over from the
+        #: client's IO thread (a queue put), the reader run here
+        self._replies = CallbackThread(f"pss-reply-{short}")
         #: users' listeners -> the wrappers that hand them to the callback thread
         self._listeners: dict[Callable[[AppliedWrite[Op]], None], Any] = {}
         self._snapshotter = (
@@ -304,9 +308,12 @@ class SharedStateManager(Generic[S, Op]):
         def on_last(last: Position | None, error: PulsarStateError | None) -> None:
             # runs on the client's thread: hand over, nothing may escape it
             try:
-                self._executor.submit(answer, last, error)
-            except BaseException as exc:  # closed meanwhile, or no thread at shutdown
+                handed = self._replies.offer(answer, last, error)
+            except BaseException as exc:  # no thread at interpreter shutdown
                 futures.set_exception(result, exc)
+                return
+            if not handed:
+                futures.set_exception(result, StateClosedError("the state manager is closed"))
 
         def answer(last: Position | None, error: PulsarStateError | None) -> None:
             try:
@@ -536,6 +543,7 @@ class SharedStateManager(Generic[S, Op]):
             self._checkpointer.close()
         self._tailer.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._replies.close(timeout_s=5.0)
         self._callbacks.close(timeout_s=5.0)
         if self._admin is not None:
             self._admin.close()
