@@ -53,6 +53,18 @@ test-integration: $(STAMP)
 test-cluster: $(STAMP)
 	$(PY) -m pytest tests/cluster
 
+# --- test-faults-cluster (issue #27: the fault report's cluster runs) ---
+# the cluster tier's fault runs at full scale: a bookie killed (3 bookies), kill -9
+# of the owning broker, bundle unloads moving the topic, a rolling restart of the
+# brokers; their rows replace the section "On a local cluster" of
+# bench/results/faults.md (make test-faults keeps that section, and this the rest)
+.PHONY: test-faults-cluster
+CLUSTER_FAULTS := test_bookie_loss test_failover_writes test_bundle_moves test_rolling_restart
+test-faults-cluster: $(STAMP)
+	PULSAR_STATE_FAULTS=full PULSAR_STATE_FAULTS_REPORT=bench/results/faults.md \
+		$(PY) -m pytest $(CLUSTER_FAULTS:%=tests/cluster/%.py)
+# --- end test-faults-cluster ---
+
 # every floor of setup.py (pulsar-client, requests, click, ..., pyspark, pyarrow) in a throwaway venv
 # under .cache/min-deps: install, import, register, and read a map of the broker at
 # PULSAR_STATE_TEST_SERVICE_URL/PULSAR_STATE_TEST_ADMIN_URL (without them: import and register only)

@@ -21,7 +21,7 @@ health check: started together on a fresh cluster, one of them exits with
 "Failed to fence subscription". With ``tls`` each broker also serves TLS on
 two more ports (the launcher's readiness checks and the brokers' own traffic
 stay on the plain ones). Every process's pid is in ``cluster.json``, so
-``status``, ``stop``, ``kill_broker``/``start_broker`` and
+``status``, ``stop``, ``kill_broker``/``start_broker``/``restart_broker`` and
 ``kill_bookie``/``start_bookie`` work from another process; ``stop`` ends the
 brokers' process groups (their function instances included), then the
 bookies', then ZooKeeper's.
@@ -33,7 +33,6 @@ import functools
 import json
 import logging
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -45,10 +44,10 @@ from pathlib import Path
 from typing import Any
 
 from pulsar_state.deploy.cluster_config import ClusterConfig, ClusterPorts, stored_layout
+from pulsar_state.deploy.cluster_credentials import SUPERUSER, ClusterCredentials
 from pulsar_state.deploy.cluster_info import ClusterInfo
 from pulsar_state.deploy.cluster_launch import MAIN_CLASS, ClusterFiles, process_kind
 from pulsar_state.deploy.cluster_ready import ClusterProbe
-from pulsar_state.deploy.cluster_tls import ClusterTls, check_role
 from pulsar_state.deploy.distribution import PulsarDistribution, java_executable
 from pulsar_state.deploy.errors import BrokerNotRunningError, BrokerStartError
 from pulsar_state.deploy.processes import (
@@ -59,18 +58,14 @@ from pulsar_state.deploy.processes import (
     wait_gone,
 )
 from pulsar_state.deploy.standalone_config import LOOPBACK
-from pulsar_state.deploy.token_auth import TokenAuthority
 from pulsar_state.errors import ConfigurationError
 
 __all__ = ["ClusterInfo", "LocalCluster"]
 
 log = logging.getLogger(__name__)
 
-_ROLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-SUPERUSER = "admin"
 
-
-class LocalCluster:
+class LocalCluster(ClusterCredentials):
     """ZooKeeper, bookies and brokers of one data directory (see the module's docstring).
 
     Args:
@@ -148,69 +143,6 @@ class LocalCluster:
     @property
     def _layout_file(self) -> Path:
         return self.data_dir / "layout.json"
-
-    @property
-    def _auth_dir(self) -> Path:
-        return self.data_dir / "auth"
-
-    def token_path(self, role: str = SUPERUSER) -> Path:
-        """Where the token of ``role`` is (or will be) written."""
-        return self._auth_dir / f"{role}.token"
-
-    @property
-    def tls_files(self) -> ClusterTls:
-        """The CA and certificates under ``tls/`` (made by a start with ``tls``)."""
-        return ClusterTls(self.data_dir / "tls")
-
-    # -- tokens -----------------------------------------------------------------------
-
-    def _authority(self, *, create: bool) -> TokenAuthority:
-        secret_file = self._auth_dir / "secret.key"
-        if not secret_file.is_file():
-            if not create:
-                raise BrokerNotRunningError(
-                    f"no token secret in {self._auth_dir}: start the cluster with auth='token'"
-                )
-            self._auth_dir.mkdir(parents=True, exist_ok=True)
-            _write_private(secret_file, TokenAuthority().secret)
-        authority = TokenAuthority(secret=secret_file.read_bytes(), superuser=SUPERUSER)
-        _write_private(self.token_path(SUPERUSER), authority.superuser_token.encode())
-        return authority
-
-    def token(self, role: str) -> str:
-        """A token for ``role`` signed with the cluster's secret, also written to
-        :meth:`token_path`. The role needs permissions granted by the super-user.
-
-        Raises:
-            ConfigurationError: ``role`` is not a plain name.
-            BrokerNotRunningError: the cluster was never started with auth="token".
-        """
-        if not isinstance(role, str) or not _ROLE.match(role):
-            raise ConfigurationError(f"a role is letters, digits, '.', '_', '-'; got {role!r}")
-        token = self._authority(create=False).token(role)
-        _write_private(self.token_path(role), token.encode())
-        return token
-
-    # -- TLS client certificates ----------------------------------------------------------
-
-    def client_certificate(self, role: str) -> tuple[Path, Path]:
-        """The TLS client certificate and key of ``role`` (its common name), signed by
-        the cluster's CA; made on the first request, kept under ``tls/``. With
-        ``auth="token"`` the brokers take it instead of a token over TLS; the role
-        needs permissions granted by the super-user (``admin`` is the super-user).
-
-        Raises:
-            ConfigurationError: ``role`` is not a plain name.
-            BrokerNotRunningError: the cluster was never started with tls=True.
-            BrokerSetupError: ``cryptography`` is not installed.
-        """
-        check_role(role)
-        files = self.tls_files
-        if not files.exists():
-            raise BrokerNotRunningError(
-                f"no cluster CA in {files.directory}: start the cluster with tls=True (--tls)"
-            )
-        return files.client_certificate(role)
 
     # -- layout and state ----------------------------------------------------------------
 
@@ -590,6 +522,22 @@ class LocalCluster:
             raise
         return info
 
+    def restart_broker(self, index: int, *, timeout_s: float = 120.0) -> ClusterInfo:
+        """Stop broker ``index`` cleanly (SIGTERM: it hands its topics over as it
+        shuts down; SIGKILL only past ``timeout_s``), start it again and wait until
+        it is healthy and listed: one step of a rolling restart. A broker that is
+        down is only started.
+
+        Raises:
+            ConfigurationError: no broker ``index``.
+            BrokerNotRunningError: the cluster does not run.
+            BrokerStartError: the broker exited or was not ready in time.
+        """
+        self.require_running()
+        self._index("broker", index)
+        self._stop_processes([f"broker-{index}"], timeout_s)
+        return self.start_broker(index)
+
     # -- stop -----------------------------------------------------------------------------
 
     def stop(self, *, timeout_s: float = 60.0) -> bool:
@@ -614,13 +562,6 @@ class LocalCluster:
             for name in names:
                 self._set_pid(name, None)
         return bool(alive)
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    """Write ``data`` readable by this user only (a secret, a token)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
 
 
 def _json_file(path: Path) -> dict[str, Any] | None:

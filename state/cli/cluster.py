@@ -1,5 +1,5 @@
-"""``pulsar-state cluster start|stop|status|kill-broker|start-broker|kill-bookie|start-bookie|
-logs|token|client-cert``:
+"""``pulsar-state cluster start|stop|status|kill-broker|start-broker|restart-broker|
+kill-bookie|start-bookie|logs|token|client-cert``:
 a local multi-broker cluster (:class:`~pulsar_state.deploy.cluster.LocalCluster`).
 
 ``status`` exits 1 when the cluster does not run, or a process of it is down or
@@ -164,6 +164,25 @@ def kill_broker(data_dir: Path, index: int) -> None:
 def start_broker(data_dir: Path, index: int) -> None:
     """Start broker INDEX again (after kill-broker) and wait until it is ready."""
     info = LocalCluster(data_dir=data_dir).start_broker(index)
+    click.echo(f"broker-{index} ready: {info.service_urls[index]} admin {info.admin_urls[index]}")
+
+
+@cluster.command("restart-broker")
+@_data_dir_option
+@_index_argument
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=120.0,
+    show_default=True,
+    help="Seconds the broker has to shut down cleanly before it is killed.",
+)
+def restart_broker(data_dir: Path, index: int, timeout: float) -> None:
+    """Stop broker INDEX cleanly (its topics move), start it again, wait until it is ready.
+
+    One step of a rolling restart: restart each broker in turn.
+    """
+    info = LocalCluster(data_dir=data_dir).restart_broker(index, timeout_s=timeout)
     click.echo(f"broker-{index} ready: {info.service_urls[index]} admin {info.admin_urls[index]}")
 
 

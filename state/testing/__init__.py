@@ -44,6 +44,7 @@ token, a client factory, and the faults::
         admin_0, admin_1 = cluster.admin_urls  # broker 0's and broker 1's admin URL
         cluster.kill_broker(0)                 # SIGKILL; its topics move after ~30 s
         cluster.start_broker(0)                # back, healthy and listed
+        cluster.restart_broker(1)              # SIGTERM (it hands its topics over), start
 
 With ``tls=True`` every broker also serves TLS: ``tls_service_url``,
 ``tls_admin_urls`` and ``ca_file`` (the throwaway CA to trust), and under
@@ -358,6 +359,11 @@ class EmbeddedCluster:
     def start_broker(self, index: int) -> None:
         """Start broker ``index`` again and wait until it is ready."""
         self.cluster.start_broker(index)
+
+    def restart_broker(self, index: int) -> None:
+        """Stop broker ``index`` cleanly, start it again and wait until it is ready
+        (see :meth:`LocalCluster.restart_broker`)."""
+        self.cluster.restart_broker(index)
 
     def start(self) -> EmbeddedCluster:
         """Start the cluster; return ``self``.

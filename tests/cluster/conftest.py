@@ -12,6 +12,10 @@ end. ``make test`` runs it after everything else (the ``cluster`` marker);
 no authentication) for a bookie's loss, on ``<that directory>-bookies``; it
 lives for its module only, which sorts first (``test_bookie_loss.py``), so
 that it is stopped before ``local_cluster`` starts: one cluster at a time.
+
+``fault_scale`` and ``fault_report`` are the fault suite's (tests/fault_report.py):
+the fault runs of this tier add their rows to the report's section "On a
+local cluster" (``make test-faults-cluster``).
 """
 
 from __future__ import annotations
@@ -23,9 +27,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fault_report import fault_report, fault_scale
 from harness import REPO_ROOT
 
 from pulsar_state.testing import EmbeddedCluster
+
+__all__ = ["fault_report", "fault_scale"]  # the fault tiers' fixtures (tests/fault_report.py)
 
 log = logging.getLogger(__name__)
 

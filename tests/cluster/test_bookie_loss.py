@@ -27,6 +27,8 @@ from typing import Any
 import pulsar
 import pytest
 import requests
+from cluster_history import report_counter
+from fault_report import FaultReport
 from harness import pulsar_state_cli, unique_name, wait_until
 
 from pulsar_state import PulsarMap, StateConfig
@@ -85,7 +87,9 @@ def current_ensemble(admin_url: str, topic: str) -> tuple[int, list[str]]:
     return size, [bookie.strip() for bookie in last.split(",")]
 
 
-def test_a_counter_through_a_kill_of_a_bookie(three_bookie_cluster: EmbeddedCluster) -> None:
+def test_a_counter_through_a_kill_of_a_bookie(
+    three_bookie_cluster: EmbeddedCluster, fault_report: FaultReport
+) -> None:
     cluster = three_bookie_cluster
     admin = cluster.admin_url
     namespace = f"public/{unique_name('bookies')}"
@@ -177,8 +181,26 @@ def test_a_counter_through_a_kill_of_a_bookie(three_bookie_cluster: EmbeddedClus
 
     acked = [v for _, k, v, _ in seen if k == "ok" and v is not None]
     doubtful = sum(1 for _, k, _, _ in seen if k == "in_doubt")
-    for writer in range(WRITERS):
-        own = [v for w, k, v, _ in seen if w == writer and k == "ok"]
+    own_results = [
+        [v for w, k, v, _ in seen if w == writer and k == "ok"] for writer in range(WRITERS)
+    ]
+    serial = all(own == sorted(own) for own in own_results)
+    resumed = min((b for _, k, _, b in seen if k == "ok" and b > killed_at), default=None)
+    report_counter(
+        fault_report,
+        cluster,
+        test=f"a bookie of the current ledger killed ({WRITERS} processes, `update` of a "
+        "counter; ensemble, write and ack quorum 2)",
+        outcomes=[k for _, k, _, _ in seen],
+        acked=acked,
+        final=final,
+        faults="1x kill -9 of a bookie",
+        recovery="-"
+        if resumed is None
+        else f"no pause: a write begun {resumed - killed_at:.1f}s after the kill acknowledged",
+        serial=serial,
+    )
+    for writer, own in enumerate(own_results):
         assert own == sorted(own), f"writer {writer}'s acknowledged results are not serial"
     assert len(set(acked)) == len(acked), "an increment was acknowledged twice"
     assert final is not None and len(acked) <= final <= len(acked) + doubtful, (

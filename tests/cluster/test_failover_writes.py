@@ -14,7 +14,8 @@ before it writes again. What must hold, whatever the timing:
   between at most once each.
 
 How long the outage lasted for a writer is printed (it is measured, not
-asserted) and recorded in docs/reliability.md.
+asserted) and recorded in docs/reliability.md; the run's row goes to the fault
+report's section "On a local cluster".
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import threading
 import time
 
 import pytest
+from cluster_history import report_counter
+from fault_report import FaultReport
 from harness import wait_until
 from test_through_any_broker import QUIET, created_on_one, owner_of
 
@@ -38,7 +41,9 @@ pytestmark = pytest.mark.timeout(900)
 WRITE_BUDGET_S = 120.0
 
 
-def test_a_counter_through_a_kill_of_the_owning_broker(local_cluster: EmbeddedCluster) -> None:
+def test_a_counter_through_a_kill_of_the_owning_broker(
+    local_cluster: EmbeddedCluster, fault_report: FaultReport
+) -> None:
     topic, elsewhere = created_on_one(local_cluster, "failover-counter")
     owner = owner_of(local_cluster, topic)
     client = local_cluster.client(operation_timeout_seconds=30, logger=QUIET)
@@ -87,15 +92,25 @@ def test_a_counter_through_a_kill_of_the_owning_broker(local_cluster: EmbeddedCl
 
     acked = [v for k, v, _, _ in outcomes if k == "ok"]
     doubtful = sum(1 for k, *_ in outcomes if k == "in_doubt")
+    kill = killed_at[0]
+    resumed = min(began + took for k, _, began, took in outcomes if k == "ok" and began > kill)
+    report_counter(
+        fault_report,
+        local_cluster,
+        test="kill -9 of the owning broker (1 writer, `update` of a counter)",
+        outcomes=[k for k, *_ in outcomes],
+        acked=acked,
+        final=final,
+        faults="1x kill -9 of the owning broker",
+        recovery=f"{resumed - kill:.1f}s to the first write acknowledged after the kill",
+    )
     assert acked == sorted(acked) and len(set(acked)) == len(acked), acked  # a serial order
     assert final is not None and len(acked) <= final <= len(acked) + doubtful, (
         final,
         len(acked),
         doubtful,
     )
-    kill = killed_at[0]
     spanning = [took for k, _, began, took in outcomes if began <= kill + 1 and began + took > kill]
-    resumed = min(began + took for k, _, began, took in outcomes if k == "ok" and began > kill)
     print(
         f"failover: {len(outcomes)} writes, {doubtful} in doubt, "
         f"{sum(1 for k, *_ in outcomes if k == 'failed')} failed; the writes spanning the kill "

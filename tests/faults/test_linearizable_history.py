@@ -28,6 +28,7 @@ from workload import (
     Fault,
     HistoryStats,
     Workload,
+    count_takeovers,
     first_success_after,
     load_history,
 )
@@ -36,19 +37,6 @@ from pulsar_state import PulsarMap
 
 KEY = "register"
 KEYS = ("register", "x", "y")
-
-
-def _count_takeovers(client: pulsar.Client, topic: str) -> int:
-    """Epoch markers on the topic: one per time a writer gained it."""
-    reader = client.create_reader(topic, pulsar.MessageId.earliest)
-    count = 0
-    try:
-        while reader.has_message_available():
-            if reader.read_next(10_000).properties().get("pss.k") == "epoch":
-                count += 1
-    finally:
-        reader.close()
-    return count
 
 
 def _check(
@@ -95,7 +83,7 @@ def _check(
             )
         )
         or "none",
-        takeovers=_count_takeovers(client, workload.topic),
+        takeovers=count_takeovers(client, workload.topic),
         violations=violations,
         lost=lost,
         recovery=", ".join(recoveries) or "-",
@@ -272,7 +260,7 @@ def test_blind_writes_and_latest_reads_under_kill_9_are_linearizable(
         unknown=stats.unknown,
         failed=stats.failed,
         faults=f"{len(killed)}x kill -9",
-        takeovers=_count_takeovers(client, topic),
+        takeovers=count_takeovers(client, topic),
         violations=len(failures),
         lost="- (a lost put is a violation)",
         recovery="-",
@@ -475,7 +463,7 @@ def _check_mixed(
                 }
             )
         ),
-        takeovers=_count_takeovers(client, workload.topic),
+        takeovers=count_takeovers(client, workload.topic),
         violations=len(failures),
         lost="- (a lost write is a violation)",
         recovery="-",

@@ -1,6 +1,7 @@
 """A client process of the fault tests: random operations on integer keys.
 
-Run as ``python register_worker.py '<json args>'``. Every operation is recorded
+Run as ``python register_worker.py '<json args>'`` (``token``: authenticated
+with it; ``stop_file``: stops early once that file exists). Every operation is recorded
 in the history file as an ``invoke`` line *before* it starts and a ``return``
 line after, each written with one unbuffered ``write`` so that a ``kill -9``
 leaves at most an invocation without its return (an unknown outcome).
@@ -10,7 +11,8 @@ Operations (on a :class:`~pulsar_state.PulsarMap`): ``read`` (``latest=True``),
 ``incr`` (``update`` adding one; returns the new value) and, when asked for
 (``ops``), ``write`` (a blind ``put`` of a value no other write uses; puts
 made together share an entry). Each operation picks
-one of ``keys`` at random and records it; linearizability is local (Herlihy and
+one of ``keys`` at random (with ``put_keys``: puts one of those, ``cas`` and
+``incr`` one of the others) and records it; linearizability is local (Herlihy and
 Wing), so the checker checks each key's sub-history on its own.
 """
 
@@ -26,6 +28,7 @@ from typing import Any
 import pulsar
 
 from pulsar_state import PulsarMap, PulsarStateError, StateConfig, metrics
+from pulsar_state.cluster.endpoint import AdminEndpoint
 from pulsar_state.retry import RetryPolicy
 
 OP_TIMEOUT_S = 90.0
@@ -61,24 +64,31 @@ def run(args: dict[str, Any]) -> None:
     history = History(args["history"], args["process"])
     deadline = time.monotonic() + args["seconds"]
     keys = args.get("keys") or [args["key"]]
+    token = args.get("token")
     client = pulsar.Client(
         args["service_url"],
         operation_timeout_seconds=15,
         logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+        **({"authentication": pulsar.AuthenticationToken(token)} if token else {}),
     )
+    admin = AdminEndpoint(
+        url=args["admin_url"],
+        headers={"Authorization": f"Bearer {token}"} if token else None,
+    )
+    put_keys = args.get("put_keys") or []
+    update_keys = [k for k in keys if k not in put_keys] if put_keys else keys
+    stop_file = args.get("stop_file")
     config = StateConfig(
         access_mode=args.get("access_mode", "adaptive"),
         send_timeout_s=args.get("send_timeout_s", 15.0),
         retry=RetryPolicy(max_attempts=None, deadline_s=OP_TIMEOUT_S - 10),
     )
-    with PulsarMap[str, int](
-        client, args["topic"], admin_url=args["admin_url"], config=config
-    ) as m:
+    with PulsarMap[str, int](client, args["topic"], admin=admin, config=config) as m:
         kinds = tuple(args.get("ops") or ("read", "cas", "incr"))
         written = 0
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not (stop_file and os.path.exists(stop_file)):
             kind = rng.choice(kinds)
-            key = rng.choice(keys)
+            key = rng.choice({"write": put_keys or keys, "read": keys}.get(kind, update_keys))
             if kind == "write":
                 written += 1
                 value = (args["process"] + 1) * 1_000_000 + written  # unique per write

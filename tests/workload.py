@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pulsar
 from linearizability import INFINITY, Op
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,14 @@ class Workload:
     ops: tuple[str, ...] = ()
     #: the workers' StateConfig.send_timeout_s (a broker paused longer leaves writes in doubt)
     send_timeout_s: float = 15.0
+    #: the keys blind puts go to; with them, cas and incr take the other keys
+    #: (their acknowledged increments stay countable), reads any key
+    put_keys: tuple[str, ...] = ()
+    #: a token the workers authenticate with (client and admin API)
+    token: str | None = None
+    #: admin URLs the workers take in turn (worker p: ``admin_urls[p % n]``;
+    #: default: ``admin_url``)
+    admin_urls: tuple[str, ...] = ()
     _procs: dict[int, subprocess.Popen[bytes] | _StartedProcess] = field(default_factory=dict)
     _next_process: int = 0
     _started: float = 0.0
@@ -120,9 +129,10 @@ class Workload:
         process = self._next_process
         self._next_process += 1
         remaining = max(1.0, self.seconds - (time.monotonic() - self._started))
+        admin_urls = self.admin_urls or (self.admin_url,)
         args = {
             "service_url": self.service_url,
-            "admin_url": self.admin_url,
+            "admin_url": admin_urls[process % len(admin_urls)],
             "topic": self.topic,
             "key": self.key,
             "keys": list(self.keys or (self.key,)),
@@ -134,6 +144,9 @@ class Workload:
             "access_mode": self.access_mode,
             "ops": list(self.ops),
             "send_timeout_s": self.send_timeout_s,
+            "put_keys": list(self.put_keys),
+            "token": self.token,
+            "stop_file": str(self.workdir / "stop"),
         }
         if self.start_method != "exec":
             ctx = multiprocessing.get_context(self.start_method)
@@ -158,6 +171,10 @@ class Workload:
         )
         log_file.close()
         return process
+
+    def finish(self) -> None:
+        """Ask every worker to stop after its current operation (before ``seconds``)."""
+        (self.workdir / "stop").touch()
 
     def elapsed(self) -> float:
         return time.monotonic() - self._started
@@ -255,6 +272,19 @@ def load_history(workdir: Path, key: str | None = None) -> HistoryStats:
             stats.acked_increments += 1
         stats.ops.append(Op(call_id[0], kind, value, output, call, ret["time"] / 1e9))
     return stats
+
+
+def count_takeovers(client: pulsar.Client, topic: str) -> int:
+    """Epoch markers on the topic: one per time a writer gained it."""
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    count = 0
+    try:
+        while reader.has_message_available():
+            if reader.read_next(10_000).properties().get("pss.k") == "epoch":
+                count += 1
+    finally:
+        reader.close()
+    return count
 
 
 def first_success_after(stats: HistoryStats, instant_s: float) -> float | None:
