@@ -297,3 +297,29 @@ def test_no_two_test_files_share_a_name() -> None:
         seen.setdefault(path.name, []).append(str(path.relative_to(REPO)))
     clashes = {name: paths for name, paths in seen.items() if len(paths) > 1}
     assert not clashes, f"test files sharing a name: {clashes}"
+
+
+# -- module size ---------------------------------------------------------------------
+
+#: issue #25: one concept per file, and no module over this many lines
+MAX_MODULE_LINES = 600
+
+
+def _oversized(paths: list[Path], root: Path = REPO) -> dict[str, int]:
+    sizes = {
+        str(p.relative_to(root)): len(p.read_text(encoding="utf-8").splitlines()) for p in paths
+    }
+    return {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
+
+
+def test_no_module_is_over_600_lines() -> None:
+    paths = [*_sources(*FOLDERS, "bench"), REPO / "pyspark_pulsar_state.py"]
+    assert _oversized(paths) == {}
+
+
+def test_the_size_check_sees_a_long_module(tmp_path: Path) -> None:
+    long = tmp_path / "long.py"
+    long.write_text("x = 1\n" * (MAX_MODULE_LINES + 1), encoding="utf-8")
+    short = tmp_path / "short.py"
+    short.write_text("x = 1\n" * MAX_MODULE_LINES, encoding="utf-8")
+    assert _oversized([long, short], tmp_path) == {"long.py": MAX_MODULE_LINES + 1}
