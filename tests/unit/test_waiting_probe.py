@@ -8,6 +8,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from pulsar_state.config import StateConfig
 from pulsar_state.core.write.tenure import Tenure, TenureState
 from pulsar_state.core.write.waiting_probe import NO_ANSWER, WaitingProbe
@@ -118,3 +120,18 @@ def test_the_tenure_keeps_the_topic_on_the_probes_answer_without_waiting_for_it(
     probe._question.exception(timeout=30)
     tenure.keep_if_alone()
     assert not tenure.tenure_over(busy=False)  # nobody waits: a new tenure began
+
+
+def test_no_thread_to_ask_on_is_an_unknown_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At interpreter shutdown no thread can start: the tenure ends as if
+    unknown, and the writer's loop does not die of it."""
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    broker = _SlowBroker(count=0)
+    probe = WaitingProbe("persistent://public/default/t", broker)
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    probe.ask(timeout_s=1.0, tag=3)
+    assert probe.answer(tag=3) == NO_ANSWER and not probe.asking and probe.enabled
+    assert broker.threads == []

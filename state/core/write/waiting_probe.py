@@ -64,12 +64,15 @@ class WaitingProbe:
             return
         question: Future[int] = Future()
         self._question, self._tag = question, tag
-        threading.Thread(
-            target=futures.run_into,
-            args=(question, lambda: ask(timeout_s=timeout_s)),
-            name=f"pss-probe-{self._topic.rsplit('/', 1)[-1]}",
-            daemon=True,
-        ).start()
+        try:
+            threading.Thread(
+                target=futures.run_into,
+                args=(question, lambda: ask(timeout_s=timeout_s)),
+                name=f"pss-probe-{self._topic.rsplit('/', 1)[-1]}",
+                daemon=True,
+            ).start()
+        except RuntimeError as exc:  # no new thread (interpreter shutdown): unknown
+            futures.set_exception(question, exc)
 
     def answer(self, *, tag: object) -> int:
         """How many writers wait, if the open question about ``tag`` has its
