@@ -20,21 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.peer_clients import PULSAR_SYSTEMS
+from bench.peer_clients import PEERS, PULSAR_SYSTEMS
 
 ON, OFF, GIVEN = "fsync on", "fsync off", "as configured"
 OURS = ("pulsar-map", "pulsar-map-wait", "pulsar-meta")
 ETCD = ("etcd-etcd3", "etcd-aetcd")
-ORDER = (
-    "pulsar-map",
-    "pulsar-map-wait",
-    "pulsar-meta",
-    "etcd-etcd3",
-    "etcd-aetcd",
-    "zookeeper",
-    "pulsar-raw",
-    "TableView",
-)
+ORDER = (*PEERS, "TableView")
 ALL_SYSTEMS = ORDER[:-1]
 NOTES = {
     "put": "One client, one key of 1,000 at a time, 100-byte values, each put waited for; "
