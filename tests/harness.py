@@ -164,6 +164,23 @@ def wait_until(
         time.sleep(interval_s)
 
 
+def join_draining(processes: list[Any], drain: Callable[[], object], *, timeout_s: float) -> None:
+    """Join child processes that put on a ``multiprocessing`` queue, calling ``drain`` meanwhile.
+
+    A child that has put items on a queue waits at its exit until its feeder
+    thread has written them all into the queue's pipe. A parent that joins
+    without reading waits with it as soon as the pipe is full (64 KiB: about a
+    thousand small outcomes), until the join times out with the child alive
+    ("joining processes that use queues" in the ``multiprocessing`` docs).
+    """
+    deadline = time.monotonic() + timeout_s
+    for process in processes:
+        while process.is_alive() and time.monotonic() < deadline:
+            drain()
+            process.join(0.5)
+    drain()
+
+
 @dataclass
 class PulsarEndpoint:
     """A real broker for the tests, and what can be done to it."""

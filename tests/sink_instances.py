@@ -16,39 +16,21 @@ Each runs until it is killed (``kill -9``), in a child started by
 :func:`consumer_pid` finds the process behind a consumer of the topic stats
 (its ``address``), so that a test can kill the active one. Each instance dumps
 its threads' stacks to ``<log dir>/stacks-<pid>.txt`` on ``SIGUSR1``
-(:func:`dump_stacks`), for a test that waits on it in vain.
+(``stacks.dump_stacks``), for a test that waits on it in vain.
 """
 
 from __future__ import annotations
 
-import faulthandler
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
 
+from stacks import stacks_on_sigusr1
+
 # imported before a fork: a forked child starts with the parent's modules
 from pulsar_state.connectors.sink_runner import run_sink
-
-
-def _stacks_on_sigusr1(log_dir: str) -> None:
-    out = open(Path(log_dir) / f"stacks-{os.getpid()}.txt", "w")  # noqa: SIM115 (kept open)
-    faulthandler.register(signal.SIGUSR1, file=out, all_threads=True)
-
-
-def dump_stacks(pid: int, log_dir: Path) -> str:
-    """The stacks of instance ``pid``'s threads (it writes them on SIGUSR1)."""
-    import time  # noqa: PLC0415
-
-    path = log_dir / f"stacks-{pid}.txt"
-    try:
-        os.kill(pid, signal.SIGUSR1)
-    except ProcessLookupError:
-        return f"(process {pid} is gone)"
-    time.sleep(0.5)
-    return path.read_text() if path.exists() else f"(no stacks from {pid})"
 
 
 def python_instance_dir() -> Path:
@@ -96,7 +78,7 @@ def function_instance(
     """Run one instance of the function ``details`` until killed, as the worker does."""
     from importlib import resources  # noqa: PLC0415
 
-    _stacks_on_sigusr1(log_dir)
+    stacks_on_sigusr1(log_dir)
     sys.path.insert(0, str(python_instance_dir()))
     entry = Path(str(resources.files("pulsar_state.connectors") / "sink_entry.py"))
     sys.argv = [
@@ -146,7 +128,7 @@ def runner_instance(config: dict[str, Any], log_file: str) -> None:
     """``pulsar-state sink run`` with ``config`` until killed; its log to ``log_file``."""
     import logging  # noqa: PLC0415
 
-    _stacks_on_sigusr1(str(Path(log_file).parent))
+    stacks_on_sigusr1(str(Path(log_file).parent))
     root = logging.getLogger()
     for handler in list(root.handlers):  # a forked child keeps the parent's handlers
         root.removeHandler(handler)

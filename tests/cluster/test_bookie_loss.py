@@ -22,6 +22,7 @@ import multiprocessing
 import queue
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import pulsar
@@ -29,7 +30,8 @@ import pytest
 import requests
 from cluster_history import report_counter
 from fault_report import FaultReport
-from harness import pulsar_state_cli, unique_name, wait_until
+from harness import join_draining, pulsar_state_cli, unique_name, wait_until
+from stacks import dump_stacks, stacks_on_sigusr1
 
 from pulsar_state import PulsarMap, StateConfig
 from pulsar_state.cluster.admin import topic_path
@@ -53,9 +55,11 @@ def count_up(
     outcomes: multiprocessing.Queue[tuple[int, str, int | None, float]],
     stop: Any,
     writer: int,
+    log_dir: str,
 ) -> None:
     """One writer process: increment ``n`` until ``stop`` is set; each outcome to ``outcomes``
     as (writer, kind, value, when it began)."""
+    stacks_on_sigusr1(log_dir)
     quiet = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
     client = pulsar.Client(service_url, operation_timeout_seconds=30, logger=quiet)
     try:
@@ -88,7 +92,7 @@ def current_ensemble(admin_url: str, topic: str) -> tuple[int, list[str]]:
 
 
 def test_a_counter_through_a_kill_of_a_bookie(
-    three_bookie_cluster: EmbeddedCluster, fault_report: FaultReport
+    three_bookie_cluster: EmbeddedCluster, fault_report: FaultReport, tmp_path: Path
 ) -> None:
     cluster = three_bookie_cluster
     admin = cluster.admin_url
@@ -111,7 +115,7 @@ def test_a_counter_through_a_kill_of_a_bookie(
         ctx.Process(
             target=count_up,
             args=(cluster.service_url, admin, topic),
-            kwargs={"outcomes": outcomes, "stop": stop, "writer": w},
+            kwargs={"outcomes": outcomes, "stop": stop, "writer": w, "log_dir": str(tmp_path)},
             daemon=True,
         )
         for w in range(WRITERS)
@@ -154,10 +158,13 @@ def test_a_counter_through_a_kill_of_a_bookie(
         )
         _, after = current_ensemble(admin, topic)
         stop.set()
+        # each write ends within its budget, and a writer stops after its current one
+        join_draining(writers, drain, timeout_s=WRITE_BUDGET_S + 90)
         for process in writers:
-            process.join(WRITE_BUDGET_S + 90)
-            assert process.exitcode == 0, f"a writer exited with {process.exitcode}"
-        drain()
+            assert process.exitcode == 0, (
+                f"a writer exited with {process.exitcode}; its threads:\n"
+                + ("" if process.pid is None else dump_stacks(process.pid, tmp_path))
+            )
         # the ledger is closed and recovered from the bookies left; a new map replays it
         unloaded = requests.put(f"{admin}/admin/v2/{topic_path(topic)}/unload", timeout=60)
         assert unloaded.status_code in (200, 204), unloaded.text

@@ -52,12 +52,12 @@ from harness import PulsarEndpoint, unique_name, wait_until
 from postgres_server import free_port
 from sink_instances import (
     consumer_pid,
-    dump_stacks,
     function_instance,
     python_instance_dir,
     runner_instance,
     sink_function_details,
 )
+from stacks import dump_stacks
 
 from pulsar_state.connectors.sink import SqlUpsertSink
 from pulsar_state.position import Position
