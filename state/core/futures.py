@@ -44,9 +44,10 @@ S = TypeVar("S")
 
 
 def set_result(future: Future[T], value: T) -> bool:
-    """Complete ``future`` with ``value`` unless it is done; whether this call did."""
-    if future.done():
-        return False
+    """Complete ``future`` with ``value`` unless it is done; whether this call did.
+
+    (No ``done()`` look first: ``set_result`` on a done future raises
+    ``InvalidStateError`` under the future's own lock, which is the check.)"""
     try:
         future.set_result(value)
     except InvalidStateError:  # cancelled or completed meanwhile, by another thread
@@ -56,8 +57,6 @@ def set_result(future: Future[T], value: T) -> bool:
 
 def set_exception(future: Future[Any], exc: BaseException) -> bool:
     """Fail ``future`` with ``exc`` unless it is done; whether this call did."""
-    if future.done():
-        return False
     try:
         future.set_exception(exc)
     except InvalidStateError:  # cancelled or completed meanwhile, by another thread

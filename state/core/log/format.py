@@ -142,25 +142,36 @@ def check_value_key(key: str) -> str:
     """
     check_user_key(key)
     if not key:
-        raise ValueError(
-            "a key must not be empty: Pulsar sends an empty key as no key, and "
-            "compaction drops messages without a key"
-        )
+        raise ValueError(_EMPTY_KEY)
     return key
+
+
+_EMPTY_KEY = (
+    "a key must not be empty: Pulsar sends an empty key as no key, and "
+    "compaction drops messages without a key"
+)
 
 
 def check_op_key(key: str, payload: bytes) -> str:
     """The key of an op: a value's (:func:`check_value_key`), or a delete's (empty
     ``payload``, :func:`check_user_key`)."""
-    return check_value_key(key) if payload else check_user_key(key)
+    check_user_key(key)
+    if payload and not key:
+        raise ValueError(_EMPTY_KEY)
+    return key
 
 
-def _op_key(write_id: str, index: int, key: str | None, payload: bytes) -> str:
-    """The message key of an op: its own, or a unique one for a keyless op."""
+def _op_key(write_id: str, index: int, key: str | None) -> str:
+    """The message key of an op whose key was checked: its own, or a unique one
+    for a keyless op."""
+    return f"{RESERVED_PREFIX}op/{write_id}/{index}" if key is None else key
+
+
+def _checked_op_key(write_id: str, index: int, key: str | None, payload: bytes) -> str:
     if key is None:
         if not payload:
             raise ValueError("a keyless op must not serialize to empty bytes (a tombstone)")
-        return f"{RESERVED_PREFIX}op/{write_id}/{index}"
+        return _op_key(write_id, index, key)
     return check_op_key(key, payload)
 
 
@@ -176,26 +187,34 @@ def _op_properties(write_id: str, epoch: int, kind: str) -> dict[str, str]:
 def op_message(
     write_id: str, index: int, key: str | None, payload: bytes, epoch: int, *, kind: str = Kind.OP
 ) -> OutgoingMessage:
-    key = _op_key(write_id, index, key, payload)
+    """One op's message, its key checked here (:func:`check_op_key`)."""
+    key = _checked_op_key(write_id, index, key, payload)
     return OutgoingMessage(key, payload, _op_properties(write_id, epoch, kind))
 
 
 def op_messages(
     write_id: str, ops: list[tuple[str | None, bytes]], epoch: int
 ) -> list[OutgoingMessage]:
-    """The op messages of one entry; they share one (read-only) properties dict."""
+    """The op messages of one entry; they share one (read-only) properties dict.
+
+    The ops come from :func:`~pulsar_state.core.write.entry.encode_write`,
+    which checked each write's keys (refusing that write alone); they are not
+    checked again here."""
     props = _op_properties(write_id, epoch, Kind.OP)
     return [
-        OutgoingMessage(_op_key(write_id, index, key, payload), payload, props)
+        OutgoingMessage(_op_key(write_id, index, key), payload, props)
         for index, (key, payload) in enumerate(ops)
     ]
 
 
 def write_message(write_id: str, key: str | None, payload: bytes, epoch: int) -> OutgoingMessage:
-    """A whole single-op write in one message (its own commit); ``payload`` non-empty."""
+    """A whole single-op write in one message (its own commit); ``payload`` non-empty,
+    the key checked as by :func:`op_messages`."""
     if not payload:
         raise ValueError("a self-committing write cannot be a tombstone: it needs a marker")
-    return op_message(write_id, 0, key, payload, epoch, kind=Kind.WRITE)
+    return OutgoingMessage(
+        _op_key(write_id, 0, key), payload, _op_properties(write_id, epoch, Kind.WRITE)
+    )
 
 
 def commit_message(

@@ -38,7 +38,7 @@ class WriteRequest(Generic[S, Op]):
     generator: Callable[[S], Any]
     blind: bool
     future: CallbackFuture[Position]
-    write_id: str = field(default_factory=new_write_id)
+    write_id: str = field(default_factory=forks.unique_id)  # as new_write_id
     attempts: int = 0
     submitted: float = field(default_factory=time.monotonic)
     #: the writer has taken it up: from then on cancelling the future fails

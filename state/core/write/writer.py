@@ -439,7 +439,8 @@ class Writer(Generic[S, Op]):
         topic itself, one ``get_last_message_id`` round trip.
         """
         if request.blind:  # it promised to ignore the state: no lock, no waiting
-            return encode_write(self._codec, self._generate(request, locked=False), self._config)
+            ops = request.generator(self._tailer.state)
+            return encode_write(self._codec, None if ops is None else list(ops), self._config)
         timeout = self._config.operation_timeout_s
         try:
             if self._last_sent is not None:
@@ -462,8 +463,8 @@ class Writer(Generic[S, Op]):
             raise _StaleTenureError
         return encode_write(self._codec, self._generate(request), self._config)
 
-    def _generate(self, request: WriteRequest[S, Op], *, locked: bool = True) -> list[Op] | None:
-        with self._tailer.lock if locked else contextlib.nullcontext():
+    def _generate(self, request: WriteRequest[S, Op]) -> list[Op] | None:
+        with self._tailer.lock:
             ops = request.generator(self._tailer.state)
         return None if ops is None else list(ops)
 
@@ -514,9 +515,9 @@ class Writer(Generic[S, Op]):
 
     def _landed(self, request: WriteRequest[S, Op], position: Position) -> None:
         """The replay applied ``request``'s write at ``position`` (in landing order)."""
-        if not request.future.done():  # counted before its caller can wake
+        if not request.future.done():  # (failed meanwhile, at close) counted before it wakes
             self._m_write_seconds.observe(time.monotonic() - request.submitted)
-        futures.set_result(request.future, position)
+            futures.set_result(request.future, position)
 
     def _trim_unsettled(self) -> None:
         """Forget the oldest sent writes that are applied (a cheap look, no lock)."""
