@@ -16,14 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pulsar
-import requests
+from cluster_access import admin_endpoint
 from fault_report import FaultReport, FaultScale
 from linearizability import Op, check_register
 from workload import Fault, HistoryStats, Workload, count_takeovers, load_history
 
 from pulsar_state import PulsarMap
-from pulsar_state.cluster.admin import topic_path
-from pulsar_state.cluster.endpoint import AdminEndpoint
 from pulsar_state.testing import EmbeddedCluster
 
 #: counters (cas and incr) and the key of the blind puts; reads take any
@@ -47,38 +45,6 @@ def cluster_shape(cluster: EmbeddedCluster) -> str:
     if config.tls:
         parts.append("TLS")
     return ", ".join(parts)
-
-
-def admin_endpoint(cluster: EmbeddedCluster, broker: int = 0) -> AdminEndpoint:
-    """Broker ``broker``'s admin API with the super-user's token (if any).
-
-    Returns:
-        The endpoint a map of the tests takes as ``admin=``.
-    """
-    return AdminEndpoint(url=cluster.admin_urls[broker], headers=_bearer(cluster) or None)
-
-
-def owner_index(cluster: EmbeddedCluster, topic: str) -> int:
-    """The index of the broker that owns ``topic``, looked up through broker 0 (which
-    places its bundle if no broker owns it); a redirect (to the load manager's
-    leader, or the owner) is followed with the token, which requests would drop.
-
-    Returns:
-        0 for broker 0, 1 for broker 1, ...
-    """
-    url = f"{cluster.admin_urls[0]}/lookup/v2/topic/{topic_path(topic)}"
-    for _ in range(5):
-        answer = requests.get(url, headers=_bearer(cluster), timeout=60, allow_redirects=False)
-        if answer.status_code != 307:
-            break
-        url = answer.headers["Location"]
-    answer.raise_for_status()
-    return cluster.admin_urls.index(answer.json()["httpUrl"].rstrip("/"))
-
-
-def _bearer(cluster: EmbeddedCluster) -> dict[str, str]:
-    token = cluster.superuser_token
-    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def cluster_workload(

@@ -81,3 +81,18 @@ def three_bookie_cluster() -> Iterator[EmbeddedCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def open_cluster() -> Iterator[EmbeddedCluster]:
+    """Two brokers and one bookie without authentication (the shape users start
+    with), started fresh for the module and stopped after it."""
+    base = cluster_data_dir()
+    cluster = EmbeddedCluster(data_dir=base.with_name(f"{base.name}-open"), brokers=2, bookies=1)
+    began = time.monotonic()
+    cluster.start()
+    log.info("cluster without auth ready in %.1fs: %s", time.monotonic() - began, cluster)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

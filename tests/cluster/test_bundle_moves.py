@@ -23,13 +23,11 @@ import itertools
 import random
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-import requests
-from cluster_history import check_and_report, cluster_workload, owner_index
+from cluster_access import QUIET, created_on_one, followed, owner_index
+from cluster_history import check_and_report, cluster_workload
 from fault_report import FaultReport, FaultScale
-from test_through_any_broker import QUIET, created_on_one
 from workload import Fault, Workload
 
 from pulsar_state.cluster.admin import topic_path
@@ -38,26 +36,13 @@ from pulsar_state.testing import EmbeddedCluster
 pytestmark = pytest.mark.timeout(900)
 
 
-def _follow(cluster: EmbeddedCluster, method: str, url: str, **kwargs: Any) -> requests.Response:
-    """An admin call whose redirects are followed with the token (requests drops it)."""
-    headers = {"Authorization": f"Bearer {cluster.superuser_token}"}
-    for _ in range(5):
-        answer = requests.request(
-            method, url, headers=headers, timeout=60, allow_redirects=False, **kwargs
-        )
-        if answer.status_code != 307:
-            break
-        url = answer.headers["Location"]
-    return answer
-
-
 def leader_index(cluster: EmbeddedCluster) -> int:
     """The index of the broker that is the load manager's leader.
 
     Returns:
         0 for broker 0, 1 for broker 1, ...
     """
-    leader = _follow(cluster, "GET", f"{cluster.admin_urls[0]}/admin/v2/brokers/leaderBroker")
+    leader = followed(cluster, "GET", f"{cluster.admin_urls[0]}/admin/v2/brokers/leaderBroker")
     leader.raise_for_status()
     return _broker_ids(cluster).index(leader.json()["brokerId"])
 
@@ -81,7 +66,7 @@ def move_bundle(cluster: EmbeddedCluster, topic: str, owner: int) -> str:
         The bundle's range (``0x.._0x..``).
     """
     admin = cluster.admin_urls[owner]
-    found = _follow(cluster, "GET", f"{admin}/lookup/v2/topic/{topic_path(topic)}/bundle")
+    found = followed(cluster, "GET", f"{admin}/lookup/v2/topic/{topic_path(topic)}/bundle")
     found.raise_for_status()
     bundle = found.text.strip().strip('"')
     params = {}
@@ -89,7 +74,7 @@ def move_bundle(cluster: EmbeddedCluster, topic: str, owner: int) -> str:
         params["destinationBroker"] = _broker_ids(cluster)[1 - owner]
     namespace = "/".join(topic.removeprefix("persistent://").split("/")[:2])
     url = f"{admin}/admin/v2/namespaces/{namespace}/{bundle}/unload"
-    done = _follow(cluster, "PUT", url, params=params)
+    done = followed(cluster, "PUT", url, params=params)
     assert done.status_code in (200, 204), done.text
     return bundle
 

@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 import requests
 import yaml
+from cluster_access import QUIET, bearer, created_on_one
 from harness import pulsar_state_cli, unique_name
 from postgres_server import sql_rows
-from test_through_any_broker import QUIET, created_on_one
 from token_broker import TokenBroker
 
 from pulsar_state import PulsarMap
@@ -46,10 +46,6 @@ class FunctionState:
 
     name: str
     elsewhere: int
-
-
-def _bearer(cluster: EmbeddedCluster) -> dict[str, str]:
-    return {"Authorization": f"Bearer {cluster.superuser_token}"}
 
 
 def _env(cluster: EmbeddedCluster, broker: int) -> dict[str, str]:
@@ -73,7 +69,7 @@ def function_state(local_cluster: EmbeddedCluster) -> FunctionState:
     owner = first.owner_index(local_cluster, f"persistent/public/default/{name}-pss-state")
     # written through the owner: the setup takes no redirect
     client = local_cluster.client(operation_timeout_seconds=60, logger=QUIET)
-    endpoint = AdminEndpoint(url=local_cluster.admin_urls[owner], headers=_bearer(local_cluster))
+    endpoint = AdminEndpoint(url=local_cluster.admin_urls[owner], headers=bearer(local_cluster))
     try:
         with PulsarMap[str, Any](client, topic, admin=endpoint) as state:
             state.put_all({"counter/apples": 5, "state/greeting": {"s": "hello"}}).result(60)
@@ -183,7 +179,7 @@ def test_sink_run_through_the_non_owner(local_cluster: EmbeddedCluster, tmp_path
     # the config record landed in the metadata topic, protected through the non-owner
     reader = local_cluster.client(operation_timeout_seconds=60, logger=QUIET)
     try:
-        endpoint = AdminEndpoint(url=elsewhere, headers=_bearer(local_cluster))
+        endpoint = AdminEndpoint(url=elsewhere, headers=bearer(local_cluster))
         with PulsarMap[str, Any](reader, metadata, admin=endpoint) as records:
             record = records.get("sink/cluster-sink", latest=True).result(60)
     finally:

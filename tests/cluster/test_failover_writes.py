@@ -1,6 +1,7 @@
 """Issue #27: writes through a kill -9 of the broker that owns the map's topic.
 
-A map keeps updating one counter while the owning broker is killed. The other
+A map keeps updating one counter while the owning broker is killed, on the
+session's cluster (token auth, TLS) and on one without authentication. The other
 broker takes the topic over once the dead broker's metadata session expires
 (~30 s on this cluster's defaults), and the writer settles what was in doubt
 before it writes again. What must hold, whatever the timing:
@@ -22,12 +23,13 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import cast
 
 import pytest
+from cluster_access import QUIET, bearer, created_on_one, owner_index
 from cluster_history import report_counter
 from fault_report import FaultReport
 from harness import wait_until
-from test_through_any_broker import QUIET, created_on_one, owner_of
 
 from pulsar_state import PulsarMap, StateConfig
 from pulsar_state.cluster.endpoint import AdminEndpoint
@@ -41,15 +43,20 @@ pytestmark = pytest.mark.timeout(900)
 WRITE_BUDGET_S = 120.0
 
 
+@pytest.fixture(params=["token auth", "no auth"])
+def cluster(request: pytest.FixtureRequest) -> EmbeddedCluster:
+    """The session's cluster (token auth, TLS), then one without authentication."""
+    fixture = "local_cluster" if request.param == "token auth" else "open_cluster"
+    return cast(EmbeddedCluster, request.getfixturevalue(fixture))
+
+
 def test_a_counter_through_a_kill_of_the_owning_broker(
-    local_cluster: EmbeddedCluster, fault_report: FaultReport
+    cluster: EmbeddedCluster, fault_report: FaultReport
 ) -> None:
-    topic, elsewhere = created_on_one(local_cluster, "failover-counter")
-    owner = owner_of(local_cluster, topic)
-    client = local_cluster.client(operation_timeout_seconds=30, logger=QUIET)
-    endpoint = AdminEndpoint(
-        url=elsewhere, headers={"Authorization": f"Bearer {local_cluster.superuser_token}"}
-    )
+    topic, elsewhere = created_on_one(cluster, "failover-counter")
+    owner = owner_index(cluster, topic)
+    client = cluster.client(operation_timeout_seconds=30, logger=QUIET)
+    endpoint = AdminEndpoint(url=elsewhere, headers=bearer(cluster) or None)
     outcomes: list[tuple[str, int | None, float, float]] = []  # kind, value, began, took
     stop = threading.Event()
     killed_at: list[float] = []
@@ -75,7 +82,7 @@ def test_a_counter_through_a_kill_of_the_owning_broker(
             writer.start()
             wait_until(lambda: len(outcomes) >= 20, timeout_s=120, message="20 writes")
             killed_at.append(time.monotonic())
-            local_cluster.kill_broker(owner)
+            cluster.kill_broker(owner)
             wait_until(
                 lambda: sum(1 for k, _, b, _ in outcomes if k == "ok" and b > killed_at[0]) >= 20,
                 timeout_s=WRITE_BUDGET_S * 3,
@@ -88,7 +95,7 @@ def test_a_counter_through_a_kill_of_the_owning_broker(
             final = m.get("n", latest=True).result(120)
     finally:
         client.close()
-        local_cluster.start_broker(owner)  # the next tests get both brokers again
+        cluster.start_broker(owner)  # the next tests get both brokers again
 
     acked = [v for k, v, _, _ in outcomes if k == "ok"]
     doubtful = sum(1 for k, *_ in outcomes if k == "in_doubt")
@@ -96,7 +103,7 @@ def test_a_counter_through_a_kill_of_the_owning_broker(
     resumed = min(began + took for k, _, began, took in outcomes if k == "ok" and began > kill)
     report_counter(
         fault_report,
-        local_cluster,
+        cluster,
         test="kill -9 of the owning broker (1 writer, `update` of a counter)",
         outcomes=[k for k, *_ in outcomes],
         acked=acked,

@@ -16,9 +16,9 @@ from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs
 
 import pytest
+from cluster_access import created_on_one
 from harness import pulsar_state_cli
 from http_stub import reply_json, serving
-from test_through_any_broker import created_on_one
 
 from pulsar_state.testing import EmbeddedCluster
 

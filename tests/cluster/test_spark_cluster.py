@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from cluster_access import QUIET, created_on_one
 from harness import wait_until
 from pyspark.sql import DataFrame, SparkSession
 from spark_cluster import SparkStandalone, executor_ids, spark_standalone, task_executors
-from test_through_any_broker import QUIET, created_on_one
 
 from pulsar_state import PulsarMap, StateConfig
 from pulsar_state.cluster.endpoint import AdminEndpoint

@@ -15,7 +15,8 @@ from __future__ import annotations
 import pulsar
 import pytest
 import requests
-from harness import pulsar_state_cli, unique_topic
+from cluster_access import QUIET, bearer, created_on_one
+from harness import pulsar_state_cli
 from map_round_trip import write_read_checkpoint
 
 from pulsar_state import CoordinationService, MetadataStore
@@ -25,41 +26,6 @@ from pulsar_state.connectors.spark_options import SourceOptions
 from pulsar_state.testing import EmbeddedCluster
 
 pytestmark = pytest.mark.timeout(900)
-
-QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
-
-
-def _bearer(cluster: EmbeddedCluster) -> dict[str, str]:
-    return {"Authorization": f"Bearer {cluster.superuser_token}"}
-
-
-def owner_of(cluster: EmbeddedCluster, topic: str) -> int:
-    """The index of the broker that owns ``topic`` (looked up, which loads it)."""
-    answer = requests.get(
-        f"{cluster.admin_urls[0]}/lookup/v2/topic/{topic_path(topic)}",
-        headers=_bearer(cluster),
-        timeout=60,
-    )
-    answer.raise_for_status()
-    http_url = answer.json()["httpUrl"].rstrip("/")
-    return cluster.admin_urls.index(http_url)
-
-
-def created_on_one(cluster: EmbeddedCluster, prefix: str) -> tuple[str, str]:
-    """A new topic and the admin URL of the broker that does NOT own it."""
-    topic = unique_topic(prefix)
-    url = f"{cluster.admin_urls[0]}/admin/v2/{topic_path(topic)}"
-    # the bundle's owner creates it; a bundle without an owner yet takes two hops
-    # (the load manager's leader, then the owner it picks), each followed here
-    # with the token, which requests would drop on a change of port
-    for _ in range(5):
-        created = requests.put(url, headers=_bearer(cluster), timeout=60, allow_redirects=False)
-        if created.status_code != 307:
-            break
-        url = created.headers["Location"]
-    assert created.status_code in (200, 204), created.text
-    owner = owner_of(cluster, topic)
-    return topic, cluster.admin_urls[1 - owner]
 
 
 def _client(cluster: EmbeddedCluster) -> pulsar.Client:
@@ -77,11 +43,11 @@ def test_the_non_owner_redirects_and_a_plain_redirect_loses_the_token(
     """What the library met: the 307, and requests' own following answered 401."""
     topic, elsewhere = created_on_one(local_cluster, "redirect-seen")
     url = f"{elsewhere}/admin/v2/{topic_path(topic)}/stats"
-    first = requests.get(url, headers=_bearer(local_cluster), timeout=60, allow_redirects=False)
+    first = requests.get(url, headers=bearer(local_cluster), timeout=60, allow_redirects=False)
     assert first.status_code == 307
-    assert requests.get(url, headers=_bearer(local_cluster), timeout=60).status_code == 401
+    assert requests.get(url, headers=bearer(local_cluster), timeout=60).status_code == 401
     # through the library's session: followed with the token
-    stats = PulsarAdmin(elsewhere, headers=_bearer(local_cluster)).stats(topic)
+    stats = PulsarAdmin(elsewhere, headers=bearer(local_cluster)).stats(topic)
     assert "subscriptions" in stats
 
 
@@ -90,7 +56,7 @@ def test_a_map_opened_through_the_non_owner_writes_reads_and_checkpoints(
 ) -> None:
     topic, elsewhere = created_on_one(local_cluster, "map-non-owner")
     client = _client(local_cluster)
-    endpoint = AdminEndpoint(url=elsewhere, headers=_bearer(local_cluster))
+    endpoint = AdminEndpoint(url=elsewhere, headers=bearer(local_cluster))
     try:
         # write, read, checkpoint; a second map through the same broker bootstraps from it
         write_read_checkpoint(client, topic, endpoint)
@@ -137,7 +103,7 @@ def test_a_metadata_store_and_its_locks_through_the_non_owner(
     topic, elsewhere = created_on_one(local_cluster, "meta-non-owner")
     owner_url = next(url for url in local_cluster.admin_urls if url != elsewhere)
     clients = [_client(local_cluster), _client(local_cluster)]
-    via = [AdminEndpoint(url=url, headers=_bearer(local_cluster)) for url in (elsewhere, owner_url)]
+    via = [AdminEndpoint(url=url, headers=bearer(local_cluster)) for url in (elsewhere, owner_url)]
     try:
         with (
             MetadataStore(clients[0], topic, admin=via[0]) as first,

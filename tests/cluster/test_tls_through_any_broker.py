@@ -18,9 +18,9 @@ from collections.abc import Iterator
 import pulsar
 import pytest
 import requests
+from cluster_access import created_on_one
 from harness import pulsar_state_cli, unique_name, unique_topic, wait_until
 from map_round_trip import write_read_checkpoint
-from test_through_any_broker import created_on_one
 
 from pulsar_state.cluster.admin import topic_path
 from pulsar_state.cluster.auth import ClusterAuth

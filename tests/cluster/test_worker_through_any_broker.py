@@ -24,8 +24,8 @@ from typing import Any
 
 import pulsar
 import pytest
+from cluster_access import QUIET
 from harness import pulsar_state_cli, pulsar_state_worker, unique_name, wait_until
-from test_through_any_broker import QUIET
 from token_broker import TokenBroker
 from word_count_workers import assert_counted_exactly, subscription_consumers, word_count_config
 
