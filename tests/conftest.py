@@ -6,6 +6,7 @@ import inspect
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pulsar
 import pytest
@@ -20,6 +21,7 @@ from harness import (
 from postgres_server import PostgresServer, start_server
 
 from pulsar_state.runtime.instance_metrics import unlabel_instance_metrics
+from pulsar_state.scheduling.in_order import InOrderGate
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 CLUSTER_DIR = Path(__file__).parent / "cluster"
@@ -82,6 +84,26 @@ def _plain_metrics() -> Iterator[None]:
     test reads the plain series whatever ran before it."""
     yield
     unlabel_instance_metrics()
+
+
+@pytest.fixture(autouse=True)
+def _gates_closed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Close every in-order gate a test made (most unit tests leave theirs open):
+    a gate holding a message asks for its redelivery on a timer, doubling to
+    every 30 s, for as long as it is open; left open, its timers ran for the
+    rest of the session, calling the test's fake consumers and logging "still
+    held" into every later test's output."""
+    made: list[InOrderGate] = []
+    init = InOrderGate.__init__
+
+    def recorded(self: InOrderGate, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(InOrderGate, "__init__", recorded)
+    yield
+    for gate in made:
+        gate.close()
 
 
 #: the broker of a test marked ``fencing`` (set by ``_fencing_broker``)
