@@ -25,6 +25,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 from fault_report import fault_report, fault_scale
@@ -83,10 +84,10 @@ def three_bookie_cluster() -> Iterator[EmbeddedCluster]:
         cluster.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def open_cluster() -> Iterator[EmbeddedCluster]:
     """Two brokers and one bookie without authentication (the shape users start
-    with), started fresh for the module and stopped after it."""
+    with), started when a test first asks for it."""
     base = cluster_data_dir()
     cluster = EmbeddedCluster(data_dir=base.with_name(f"{base.name}-open"), brokers=2, bookies=1)
     began = time.monotonic()
@@ -96,3 +97,11 @@ def open_cluster() -> Iterator[EmbeddedCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(params=["token auth", "no auth"])
+def either_cluster(request: pytest.FixtureRequest) -> EmbeddedCluster:
+    """:func:`local_cluster` (token auth, TLS), then :func:`open_cluster` (no auth):
+    a fault test that takes it runs on both."""
+    fixture = "local_cluster" if request.param == "token auth" else "open_cluster"
+    return cast(EmbeddedCluster, request.getfixturevalue(fixture))

@@ -7,7 +7,8 @@ the load manager's shedding does (:func:`move_bundle`: from the leader's
 broker with the other as its destination, so it moves; from the other
 plainly, where it may stay). The topic starts on the leader's broker, so the
 first unload moves it. The owner closes the topic, the next lookup places the
-bundle again. What must hold:
+bundle again. It runs on the session's cluster (token auth, TLS) and on one
+without authentication. What must hold:
 
 - the topic's owner, read from the admin API after each unload, changed at
   least once (the writers really moved);
@@ -95,12 +96,12 @@ def on_the_leader(cluster: EmbeddedCluster, prefix: str) -> str:
 
 
 def test_writers_ride_through_bundle_moves(
-    local_cluster: EmbeddedCluster,
+    either_cluster: EmbeddedCluster,
     tmp_path: Path,
     fault_scale: FaultScale,
     fault_report: FaultReport,
 ) -> None:
-    cluster = local_cluster
+    cluster = either_cluster
     topic = on_the_leader(cluster, "moves")
     client = cluster.client(operation_timeout_seconds=30, logger=QUIET)
     owners = [owner_index(cluster, topic)]

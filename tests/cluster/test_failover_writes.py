@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import cast
 
 import pytest
 from cluster_access import QUIET, bearer, created_on_one, owner_index
@@ -43,16 +42,10 @@ pytestmark = pytest.mark.timeout(900)
 WRITE_BUDGET_S = 120.0
 
 
-@pytest.fixture(params=["token auth", "no auth"])
-def cluster(request: pytest.FixtureRequest) -> EmbeddedCluster:
-    """The session's cluster (token auth, TLS), then one without authentication."""
-    fixture = "local_cluster" if request.param == "token auth" else "open_cluster"
-    return cast(EmbeddedCluster, request.getfixturevalue(fixture))
-
-
 def test_a_counter_through_a_kill_of_the_owning_broker(
-    cluster: EmbeddedCluster, fault_report: FaultReport
+    either_cluster: EmbeddedCluster, fault_report: FaultReport
 ) -> None:
+    cluster = either_cluster
     topic, elsewhere = created_on_one(cluster, "failover-counter")
     owner = owner_index(cluster, topic)
     client = cluster.client(operation_timeout_seconds=30, logger=QUIET)
