@@ -11,7 +11,14 @@ end. ``make test`` runs it after everything else (the ``cluster`` marker);
 ``three_bookie_cluster`` is a cluster of its own (one broker, three bookies,
 no authentication) for a bookie's loss, on ``<that directory>-bookies``; it
 lives for its module only, which sorts first (``test_bookie_loss.py``), so
-that it is stopped before ``local_cluster`` starts: one cluster at a time.
+that it is stopped before ``local_cluster`` starts.
+
+``open_cluster`` is two brokers and one bookie without authentication, on
+``<that directory>-open``, started the first time a test asks for it and
+stopped at the end of the session; ``either_cluster`` gives a fault test
+``local_cluster``, then ``open_cluster`` (bundle unloads and kill -9 of the
+owner run with and without token auth). Two clusters run at once then (about
+3 GiB).
 
 ``fault_scale`` and ``fault_report`` are the fault suite's (tests/fault_report.py):
 the fault runs of this tier add their rows to the report's section "On a
