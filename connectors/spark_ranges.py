@@ -16,10 +16,10 @@ from typing import Any
 import pulsar
 
 from pulsar_state.connectors.spark_options import SourceOptions
+from pulsar_state.connectors.spark_topic_reader import TopicReader
 from pulsar_state.core.log.replay import AppliedWrite, LogReplay
 from pulsar_state.map.pulsar_map import MapOp
 from pulsar_state.position import START, Position
-from pulsar_state.retry import is_transient
 
 __all__ = ["Range", "plan_ranges", "replay_changes", "replay_range", "stream_end_epoch"]
 
@@ -58,51 +58,19 @@ def replay_changes(
         if start is not None and not start.is_start
         else pulsar.MessageId.earliest
     )
-    client, reader = _open_reader(opts, first, f"from {start}", is_read_compacted=compacted)
+    reader = TopicReader.of(
+        opts, first, f"from {start}", inclusive=False, is_read_compacted=compacted
+    )
     try:
-        try:
-            while True:
-                if replay.feed(reader.read_next(timeout_millis=opts.timeout_ms)).covers(end):
-                    break
-            replay.flush()
-        finally:
-            _close(reader)
-    except pulsar.Timeout:
-        raise TimeoutError(
-            f"pulsar_state: no message within {opts.timeout_ms} ms before reaching {end}"
-        ) from None
+        while True:
+            if replay.feed(reader.read_next()).covers(end):
+                break
+        replay.flush()
+    except TimeoutError as exc:
+        raise TimeoutError(f"{exc}, before reaching {end}") from None
     finally:
-        client.close()
-    return replay
-
-
-def _open_reader(
-    opts: SourceOptions, first: pulsar.MessageId, where: str, **kwargs: Any
-) -> tuple[pulsar.Client, pulsar.Reader]:
-    """A client and a reader of the topic from ``first``, opened as
-    :meth:`SourceOptions.connect` does (an unload in the way costs a part of
-    ``timeoutMs``). Nothing is read yet, so opening again is exact."""
-    try:
-        return opts.connect(
-            lambda client: client.create_reader(opts.topic, first, **kwargs),
-            what=f"opening a reader {where}",
-        )
-    except pulsar.PulsarException as exc:
-        if not is_transient(exc):
-            raise  # not authorized, no such topic: as the client says
-        raise TimeoutError(
-            f"pulsar_state: could not open a reader of {opts.topic} {where} within "
-            f"timeoutMs={opts.timeout_ms} ({type(exc).__name__}: {exc})"
-        ) from None
-
-
-def _close(reader: pulsar.Reader) -> None:
-    """Close a reader whose rows are read: a failure here (the topic unloading as
-    it closes) is no failure of the read; closing the client releases the rest."""
-    try:
         reader.close()
-    except pulsar.PulsarException as exc:
-        log.debug("pulsar_state: closing a reader failed (%s); the client is closed next", exc)
+    return replay
 
 
 Entry = tuple[int, int]  # (ledger, entry)
@@ -263,31 +231,26 @@ def replay_range(opts: SourceOptions, rng: Range, *, on_write: Any) -> int:
         else pulsar.MessageId.earliest
     )
     fed = 0
-    client, reader = _open_reader(opts, begin, f"at {rng.begin}", start_message_id_inclusive=True)
+    reader = TopicReader.of(opts, begin, f"at {rng.begin}", inclusive=True)
     try:
-        try:
-            while True:
-                msg = reader.read_next(timeout_millis=opts.timeout_ms)
-                pos = Position.from_message_id(msg.message_id())
-                entry = (pos.ledger, pos.entry)
-                if entry > rng.last:
-                    break  # the next range's first message
-                replay.feed(msg)
-                fed += 1
-                if shadow is not None and rng.shadow is not None and entry >= rng.shadow:
-                    shadow.feed(msg)
-                if rng.is_last and pos.covers(end):
-                    break
-            replay.flush()
-        except pulsar.Timeout:
-            raise TimeoutError(
-                f"pulsar_state: no message within {opts.timeout_ms} ms before reaching "
-                f"{rng.last} ({fed} read from {rng.begin})"
-            ) from None
-        finally:
-            _close(reader)
+        while True:
+            msg = reader.read_next()
+            pos = Position.from_message_id(msg.message_id())
+            entry = (pos.ledger, pos.entry)
+            if entry > rng.last:
+                break  # the next range's first message
+            replay.feed(msg)
+            fed += 1
+            if shadow is not None and rng.shadow is not None and entry >= rng.shadow:
+                shadow.feed(msg)
+            if rng.is_last and pos.covers(end):
+                break
+        replay.flush()
+    except TimeoutError as exc:
+        where = f"before reaching {rng.last} ({fed} read from {rng.begin})"
+        raise TimeoutError(f"{exc}, {where}") from None
     finally:
-        client.close()
+        reader.close()
     if shadow is not None:
         shadow.flush()
         if shadow.epoch != replay.epoch:
