@@ -51,6 +51,17 @@ def cluster_data_dir() -> Path:
     return Path(explicit) if explicit else REPO_ROOT / ".pulsar" / "test-cluster"
 
 
+def _running(cluster: EmbeddedCluster, what: str) -> Iterator[EmbeddedCluster]:
+    """Start ``cluster``, hand it over, stop it (a fixture's body)."""
+    began = time.monotonic()
+    cluster.start()
+    log.info("%s ready in %.1fs: %s", what, time.monotonic() - began, cluster)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture(scope="session")
 def local_cluster() -> Iterator[EmbeddedCluster]:
     """Two brokers, one bookie, token auth, TLS; ``local_cluster.admin_urls[0]`` and
@@ -61,13 +72,7 @@ def local_cluster() -> Iterator[EmbeddedCluster]:
     cluster = EmbeddedCluster(
         data_dir=cluster_data_dir(), brokers=2, bookies=1, auth="token", tls=True
     )
-    began = time.monotonic()
-    cluster.start()
-    log.info("local cluster ready in %.1fs: %s", time.monotonic() - began, cluster)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from _running(cluster, "local cluster")
 
 
 def bookies_data_dir() -> Path:
@@ -82,13 +87,7 @@ def three_bookie_cluster() -> Iterator[EmbeddedCluster]:
     module and stopped after it; ``three_bookie_cluster.cluster`` kills and starts
     bookies (:meth:`LocalCluster.kill_bookie`)."""
     cluster = EmbeddedCluster(data_dir=bookies_data_dir(), brokers=1, bookies=3)
-    began = time.monotonic()
-    cluster.start()
-    log.info("three-bookie cluster ready in %.1fs: %s", time.monotonic() - began, cluster)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from _running(cluster, "three-bookie cluster")
 
 
 @pytest.fixture(scope="session")
@@ -97,13 +96,7 @@ def open_cluster() -> Iterator[EmbeddedCluster]:
     with), started when a test first asks for it."""
     base = cluster_data_dir()
     cluster = EmbeddedCluster(data_dir=base.with_name(f"{base.name}-open"), brokers=2, bookies=1)
-    began = time.monotonic()
-    cluster.start()
-    log.info("cluster without auth ready in %.1fs: %s", time.monotonic() - began, cluster)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from _running(cluster, "cluster without auth")
 
 
 @pytest.fixture(params=["token auth", "no auth"])
