@@ -9,11 +9,13 @@ way (another port), so these follow each redirect themselves.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pulsar
 import requests
 from harness import unique_topic
+from tenacity import Retrying, before_sleep_log, retry_if_result, stop_after_delay, wait_exponential
 
 from pulsar_state.cluster.admin import topic_path
 from pulsar_state.cluster.endpoint import AdminEndpoint
@@ -26,6 +28,17 @@ QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
 
 #: redirects followed at the most (the load manager's leader, then the owner)
 _HOPS = 5
+
+#: answers after which a read is sent again: a broker that is placing or
+#: releasing the bundle answers a lookup with 500 "Failed to acquire ownership
+#: for namespace bundle" (seen by CI right after a bundle unload), or is not
+#: serving yet (502, 503). The library's admin client does the same for reads.
+_RETRY_READS = (500, 502, 503)
+
+#: how long a read is sent again (a bundle is placed again within seconds)
+_RETRY_S = 60.0
+
+_log = logging.getLogger(__name__)
 
 
 def bearer(cluster: EmbeddedCluster) -> dict[str, str]:
@@ -44,7 +57,24 @@ def admin_endpoint(cluster: EmbeddedCluster, broker: int = 0) -> AdminEndpoint:
 
 
 def followed(cluster: EmbeddedCluster, method: str, url: str, **kwargs: Any) -> requests.Response:
-    """An admin call whose redirects are followed with the super-user's token."""
+    """An admin call whose redirects are followed with the super-user's token.
+
+    A read (``GET``) answered with a server error is sent again for up to
+    :data:`_RETRY_S` seconds; the last answer is returned either way.
+    """
+    if method != "GET":
+        return _hops(cluster, method, url, **kwargs)
+    retrying = Retrying(
+        retry=retry_if_result(lambda answer: answer.status_code in _RETRY_READS),
+        stop=stop_after_delay(_RETRY_S),
+        wait=wait_exponential(multiplier=0.1, max=2.0),
+        before_sleep=before_sleep_log(_log, logging.INFO),
+        retry_error_callback=lambda state: state.outcome.result(),
+    )
+    return retrying(_hops, cluster, method, url, **kwargs)
+
+
+def _hops(cluster: EmbeddedCluster, method: str, url: str, **kwargs: Any) -> requests.Response:
     for _ in range(_HOPS):
         answer = requests.request(
             method, url, headers=bearer(cluster), timeout=60, allow_redirects=False, **kwargs
