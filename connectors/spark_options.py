@@ -199,6 +199,12 @@ class SourceOptions:
         left), and a transient failure (see :func:`~pulsar_state.retry.is_transient`)
         is tried again on a new client after a short backoff; a permanent one (not
         authorized, no such topic) is raised at once, as is the last transient one.
+
+        The C++ client reports credentials the broker refuses as a timeout (it
+        retries the refused connection until its operation timeout; Pulsar 4.0.8,
+        pulsar-client 3.x): so after an attempt that timed out, the admin API is
+        asked with the same credentials, and a refusal there is raised at once
+        as ``PermissionError`` instead of spending the rest of the budget.
         """
         budget_s = self.timeout_ms / 1000
         deadline = time.monotonic() + budget_s
@@ -227,10 +233,24 @@ class SourceOptions:
                 client = self.client(operation_timeout_s=max(1, round(min(share, left))))
                 try:
                     return client, open_(client)
+                except pulsar.Timeout:
+                    client.close()
+                    self._check_credentials()
+                    raise
                 except BaseException:
                     client.close()
                     raise
         raise AssertionError("unreachable: tenacity re-raises the last failure")
+
+    def _check_credentials(self) -> None:
+        """Raise ``PermissionError`` if the admin API refuses these credentials for
+        the topic; any other answer (or none) says nothing about them."""
+        try:
+            self._admin_get("stats")
+        except PermissionError:
+            raise
+        except (ValueError, ConnectionError) as exc:
+            log.debug("pulsar_state: could not check the credentials for %s: %s", self.topic, exc)
 
     def partitions_for(self, mode: str) -> int:
         if self.num_partitions is not None:
