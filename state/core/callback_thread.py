@@ -17,6 +17,13 @@ core waits for the callback thread: a callback blocked on the map never
 blocks the map.
 
 A callback that raises is logged and counted; it never ends the thread.
+
+A :class:`CallbackFuture` is also lighter for the garbage collector than a
+plain ``Future``: its condition (:class:`_FutureCondition`) looks its lock's
+methods up on its class instead of storing five bound methods on each
+instance, so a future holds 6 objects the collector tracks instead of 11. An
+application that holds many futures (20,000 concurrent puts) spent about half
+of its CPU in full collections that walk them all.
 """
 
 from __future__ import annotations
@@ -24,8 +31,10 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures._base import PENDING
 from typing import Any, TypeVar
 
 from pulsar_state import metrics
@@ -105,11 +114,43 @@ def _call(fn: Callable[..., object], args: tuple[Any, ...]) -> None:
         log.exception("callback %r failed", fn)
 
 
+class _FutureCondition(threading.Condition):
+    """``threading.Condition()`` (on its own ``RLock``, waits and notifies as
+    ``Condition`` does), minus the bound methods ``Condition.__init__`` stores
+    on the instance: the same calls, made through the class."""
+
+    def __init__(self) -> None:  # not Condition.__init__: that stores the bound methods
+        self._lock: Any = threading.RLock()
+        self._waiters: deque[Any] = deque()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return bool(self._lock.acquire(blocking, timeout))
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def _release_save(self) -> Any:
+        return self._lock._release_save()
+
+    def _acquire_restore(self, state: Any) -> None:
+        self._lock._acquire_restore(state)
+
+    def _is_owned(self) -> bool:
+        return bool(self._lock._is_owned())
+
+
 class CallbackFuture(Future[T]):
     """A future whose users' done-callbacks run on a :class:`CallbackThread`."""
 
     def __init__(self, callbacks: CallbackThread) -> None:
-        super().__init__()
+        # Future.__init__'s fields, with the lighter condition (the module
+        # docstring); tests/unit/test_callback_future.py checks they match
+        self._condition = _FutureCondition()
+        self._state = PENDING
+        self._result: Any = None
+        self._exception: BaseException | None = None
+        self._waiters: list[Any] = []
+        self._done_callbacks: list[Callable[[Future[T]], object]] = []
         self.callbacks = callbacks
 
     def add_done_callback(self, fn: Callable[[Future[T]], object]) -> None:
