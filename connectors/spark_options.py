@@ -246,9 +246,7 @@ class SourceOptions:
         """Raise ``PermissionError`` if the admin API refuses these credentials for
         the topic; any other answer (or none) says nothing about them."""
         try:
-            self._admin_get("stats")
-        except PermissionError:
-            raise
+            self._admin_get("stats")  # its PermissionError goes to the caller
         except (ValueError, ConnectionError) as exc:
             log.debug("pulsar_state: could not check the credentials for %s: %s", self.topic, exc)
 
