@@ -46,6 +46,7 @@ from pulsar_state.core.callback_thread import CallbackFuture, CallbackThread
 from pulsar_state.core.checkpoint_trigger import CheckpointTrigger
 from pulsar_state.core.log.tailer import AppliedWrite, Tailer
 from pulsar_state.core.op_codec import OpCodec
+from pulsar_state.core.reply_future import ReplyFuture
 from pulsar_state.core.snapshot import SnapshotPolicy, Snapshotter
 from pulsar_state.core.write.writer import Writer
 from pulsar_state.errors import (
@@ -280,6 +281,8 @@ class SharedStateManager(Generic[S, Op]):
         self.check_process()
         timeout = timeout_s if timeout_s is not None else self.config.operation_timeout_s
         target = Position.parse(at_least) if at_least is not None else None
+        if latest and target is None:
+            return self._read_latest(reader, timeout)
         fut: CallbackFuture[R] = CallbackFuture(self._callbacks)
         if not latest and (target is None or self._tailer.applied.covers(target)):
             try:
@@ -289,26 +292,25 @@ class SharedStateManager(Generic[S, Op]):
             else:
                 self._complete_with_read(reader, fut)
             return fut
-        if latest and target is None:
-            return self._read_latest(reader, timeout, fut)
         futures.chain(self._executor.submit(self._read_after, reader, latest, target, timeout), fut)
         return fut
 
-    def _read_latest(
-        self, reader: Callable[[S], R], timeout: float, result: CallbackFuture[R]
-    ) -> Future[R]:
+    def _read_latest(self, reader: Callable[[S], R], timeout: float) -> Future[R]:
         """Ask the broker for the last position; read once local state covers it.
 
         No thread of ours blocks: the broker's answer (on the client's IO
-        thread, which only hands it to a read thread: no lock of ours is taken
-        there) and the tailer's apply complete the future (the common,
-        caught-up case costs one round trip).
+        thread, which only hands it over: no lock of ours is taken there) is
+        finished by the caller waiting in ``result()``, else by the reply
+        thread (:mod:`~pulsar_state.core.reply_future`); the tailer's apply
+        completes a read that must wait for local state. The common, caught-up
+        case costs one round trip.
         """
+        result: ReplyFuture[R] = ReplyFuture(self._callbacks, self._replies)
 
         def on_last(last: Position | None, error: PulsarStateError | None) -> None:
             # runs on the client's thread: hand over, nothing may escape it
             try:
-                handed = self._replies.offer(answer, last, error)
+                handed = result.hand_over(functools.partial(answer, last, error))
             except BaseException as exc:  # no thread at interpreter shutdown
                 futures.set_exception(result, exc)
                 return
