@@ -143,6 +143,15 @@ class WriteInDoubtError(PulsarStateError):
         self.attempts = attempts
         super().__init__(message)
 
+    @classmethod
+    def unsettled(cls, attempts: int, cause: BaseException) -> WriteInDoubtError:
+        """The write could not be settled: the topic was not gained (``cause``)."""
+        return cls(
+            f"sent, but its outcome is unknown after {attempts} attempts (the topic could "
+            f"not be gained to settle it: {cause}); it may have landed: read it back to know",
+            attempts=attempts,
+        )
+
 
 class OperationTimeoutError(PulsarStateError, TimeoutError):
     """An operation did not complete within its deadline."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, Self, TypeVar
 
 from pulsar_state.core.accelerator import Checkpoint
@@ -71,6 +71,20 @@ class AsyncSharedStateManager(Generic[S, Op]):
             Exception: whatever ``generator`` or ``reader`` raises, unchanged.
         """
         return await wrap(self.sync.write(generator, reader, blind=blind))
+
+    async def write_ops(self, ops: Sequence[Op]) -> Position:
+        """Publish ``ops`` as one atomic write (:meth:`SharedStateManager.write_ops`, awaited).
+
+        Returns:
+            The write's :class:`Position`.
+
+        Raises:
+            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, StateClosedError, ForkedProcessError: as
+                :meth:`SharedStateManager.write_ops` and its future fail, raised
+                by the await.
+        """
+        return await wrap(self.sync.write_ops(ops))
 
     async def checkpoint(self) -> Checkpoint:
         """Write a checkpoint of the state now (:meth:`SharedStateManager.checkpoint`, awaited).

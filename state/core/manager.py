@@ -29,7 +29,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
@@ -402,6 +402,23 @@ class SharedStateManager(Generic[S, Op]):
         if reader is None:
             return written
         return futures.then(written, lambda _position: self._read_state(reader))
+
+    def write_ops(self, ops: Sequence[Op]) -> Future[Position]:
+        """Publish ``ops``, decided without the state, as one atomic write:
+        :meth:`write` with a blind generator returning them, minus the
+        generator (the commonest write, a map's put, carries its op as is).
+
+        Returns:
+            A future of the write's :class:`Position`.
+
+        Raises:
+            ForkedProcessError, StateClosedError: at the call, as :meth:`write`.
+            TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
+                PermissionDeniedError, StateClosedError: through the future, as
+                :meth:`write`; and what the codec raises encoding an op.
+        """
+        self.check_process()
+        return self._writer.submit(None, blind=True, ops=ops)
 
     def _read_state(self, reader: Callable[[S], R]) -> R:
         """``reader(state)``, run under the state lock."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from typing import Any, Generic, TypeVar, cast
 
@@ -123,6 +123,10 @@ class MemoryStateManager(Generic[K, V]):
             else:
                 futures.run_into(result, lambda: reader(self.state))
         return result
+
+    def write_ops(self, ops: Sequence[MapOp[K, V]]) -> Future[Position]:
+        """Apply ``ops`` as one write (:meth:`write` with a generator returning them)."""
+        return self.write(lambda _state: ops, blind=True)
 
     def add_listener(
         self, listener: Callable[[AppliedWrite[MapOp[K, V]]], None], *, inline: bool = False

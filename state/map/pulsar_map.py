@@ -155,8 +155,7 @@ class PulsarMap(MapReads[K, V]):
             TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
                 PermissionDeniedError, StateClosedError: through the future.
         """
-        op = self._codec.put_op(key, value)
-        return self.manager.write(lambda _state: [op], blind=True)
+        return self.manager.write_ops((self._codec.put_op(key, value),))
 
     def put_all(self, entries: dict[K, V]) -> Future[Position]:
         """Set many keys in one atomic write.
@@ -171,8 +170,7 @@ class PulsarMap(MapReads[K, V]):
             TooManyOpsError, ValueTooLargeError, WriteFailedError, FencedError,
                 PermissionDeniedError, StateClosedError: through the future.
         """
-        ops = [self._codec.put_op(k, v) for k, v in entries.items()]
-        return self.manager.write(lambda _state: ops, blind=True)
+        return self.manager.write_ops([self._codec.put_op(k, v) for k, v in entries.items()])
 
     def delete(self, key: K) -> Future[V | None]:
         """Remove ``key``; the future gives the value it had (``None``: absent).

@@ -12,7 +12,7 @@ done-callbacks run on the manager's callback thread.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -31,13 +31,15 @@ def new_write_id() -> str:
     return forks.unique_id()
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class WriteRequest(Generic[S, Op]):
-    """A generator to run on the caught-up state; ``blind`` if it ignores the state."""
+    """A generator to run on the caught-up state; ``blind`` if it ignores the
+    state. A blind write may carry its ``ops`` instead (``generator=None``)."""
 
-    generator: Callable[[S], Any]
+    generator: Callable[[S], Any] | None
     blind: bool
     future: CallbackFuture[Position]
+    ops: Sequence[Op] = ()
     write_id: str = field(default_factory=forks.unique_id)  # as new_write_id
     attempts: int = 0
     submitted: float = field(default_factory=time.monotonic)

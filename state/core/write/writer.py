@@ -28,7 +28,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 import pulsar
@@ -73,14 +73,6 @@ _UNSETTLED_TRIM = 256
 
 def _closed_error() -> StateClosedError:
     return StateClosedError("the state manager is closed")
-
-
-def _in_doubt(attempts: int, cause: BaseException) -> WriteInDoubtError:
-    return WriteInDoubtError(
-        f"sent, but its outcome is unknown after {attempts} attempts (the topic could not "
-        f"be gained to settle it: {cause}); it may have landed: read it back to know",
-        attempts=attempts,
-    )
 
 
 class _NotCaughtUpError(Exception):
@@ -173,15 +165,16 @@ class Writer(Generic[S, Op]):
     # -- the call (any thread) --------------------------------------------------
 
     def submit(
-        self, generator: Callable[[S], Any], *, blind: bool = False
+        self, generator: Callable[[S], Any] | None, *, blind: bool = False, ops: Sequence[Op] = ()
     ) -> CallbackFuture[Position]:
         """Queue a write; its future completes once it is applied locally.
+        ``generator=None``: a blind write of ``ops``.
 
         Raises:
             StateClosedError: once :meth:`close` began (nothing is queued).
         """
         request: WriteRequest[S, Op] = WriteRequest(
-            generator, blind, CallbackFuture(self._callbacks)
+            generator, blind or generator is None, CallbackFuture(self._callbacks), ops
         )
         with self._submit_lock:
             if self._closed:
@@ -336,7 +329,9 @@ class Writer(Generic[S, Op]):
             self._tailer.unlanded([r.write_id for r in spent])
             for request in spent:
                 self._unsettled.remove(request)
-                futures.set_exception(request.future, _in_doubt(request.attempts, exc))
+                futures.set_exception(
+                    request.future, WriteInDoubtError.unsettled(request.attempts, exc)
+                )
             return
         self._front.extendleft(reversed(rerun))
 
@@ -439,7 +434,8 @@ class Writer(Generic[S, Op]):
         topic itself, one ``get_last_message_id`` round trip.
         """
         if request.blind:  # it promised to ignore the state: no lock, no waiting
-            ops = request.generator(self._tailer.state)
+            generator = request.generator
+            ops = request.ops if generator is None else generator(self._tailer.state)
             return encode_write(self._codec, None if ops is None else list(ops), self._config)
         timeout = self._config.operation_timeout_s
         try:
@@ -464,8 +460,10 @@ class Writer(Generic[S, Op]):
         return encode_write(self._codec, self._generate(request), self._config)
 
     def _generate(self, request: WriteRequest[S, Op]) -> list[Op] | None:
+        generator = request.generator
+        assert generator is not None  # a write without one is blind
         with self._tailer.lock:
-            ops = request.generator(self._tailer.state)
+            ops = generator(self._tailer.state)
         return None if ops is None else list(ops)
 
     def _send(
