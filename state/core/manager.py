@@ -298,19 +298,40 @@ class SharedStateManager(Generic[S, Op]):
     def _read_latest(self, reader: Callable[[S], R], timeout: float) -> Future[R]:
         """Ask the broker for the last position; read once local state covers it.
 
-        No thread of ours blocks: the broker's answer (on the client's IO
-        thread, which only hands it over: no lock of ours is taken there) is
-        finished by the caller waiting in ``result()``, else by the reply
-        thread (:mod:`~pulsar_state.core.reply_future`); the tailer's apply
-        completes a read that must wait for local state. The common, caught-up
-        case costs one round trip.
+        The broker is asked by the first one to look at the future
+        (:mod:`~pulsar_state.core.reply_future`): a caller waiting in
+        ``result()`` (no timeout) asks with the client's blocking call and
+        reads on its own thread; anything else asks with a callback, whose answer the client's
+        IO thread only hands to the reply thread (no lock of ours is taken
+        there). A read that must wait for local state is completed by the
+        tailer's apply. The common, caught-up case costs one round trip.
         """
-        result: ReplyFuture[R] = ReplyFuture(self._callbacks, self._replies)
+        try:
+            self._tailer.check_usable()
+        except PulsarStateError as exc:
+            closed: CallbackFuture[R] = CallbackFuture(self._callbacks)
+            futures.set_exception(closed, exc)
+            return closed
+
+        def ask() -> None:  # the first look was not a waiting caller's
+            try:
+                self._tailer.ask_last_position(on_last, timeout)
+            except PulsarStateError as exc:
+                futures.set_exception(result, exc)
+
+        def ask_here() -> None:  # a waiting caller: ask and read on its thread
+            try:
+                last = self._tailer.last_position(timeout)
+            except PulsarStateError as exc:
+                answer(None, exc)
+            else:
+                self._tailer.note_lag(last)
+                answer(last, None)
 
         def on_last(last: Position | None, error: PulsarStateError | None) -> None:
             # runs on the client's thread: hand over, nothing may escape it
             try:
-                handed = result.hand_over(functools.partial(answer, last, error))
+                handed = self._replies.offer(answer, last, error)
             except BaseException as exc:  # no thread at interpreter shutdown
                 futures.set_exception(result, exc)
                 return
@@ -342,10 +363,7 @@ class SharedStateManager(Generic[S, Op]):
                 ),
             )
 
-        try:
-            self._tailer.ask_last_position(on_last, timeout)
-        except PulsarStateError as exc:
-            futures.set_exception(result, exc)
+        result: ReplyFuture[R] = ReplyFuture(self._callbacks, ask=ask, ask_here=ask_here)
         return result
 
     def _read_after(

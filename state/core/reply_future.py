@@ -1,79 +1,93 @@
-"""A future finished from a broker's reply by whichever of our threads waits for it.
+"""A latest read's future: the broker is asked by the first one to look at it.
 
-A latest read asks the broker for the topic's last position; the answer
-arrives on the Pulsar client's IO thread, which must run no code of ours that
-takes a lock (docs/state.md, *Threads*). The rest of the read (compare with
-what is applied, run the reader under the state lock, complete the future) is
-the *finish*, and it runs on one of two threads:
+A latest read needs one answer from the broker, the topic's last position.
+Asked with a callback, the answer arrives on the Pulsar client's IO thread,
+which must run no code of ours that takes a lock (docs/state.md, *Threads*):
+it is handed to the reply thread, which finishes the read. That costs a
+Python callback on the IO thread and a thread hand-over on top of the round
+trip, about a third more than the client's own blocking call.
 
-- a caller blocked in :meth:`ReplyFuture.result` when the reply arrives runs
-  it itself (the common, synchronous ``get(k, latest=True).result()``): one
-  thread hand-over instead of two (IO thread to a reply thread to the caller);
-- otherwise the reply thread runs it (a caller that is not waiting yet, an
-  asyncio surface, ``concurrent.futures.wait``, a done-callback).
+So the read is not asked at the call. It is asked by the first one to look
+at its future:
 
-Which one is decided once, under the future's own condition: the IO thread
-hands the finish to a waiting caller (and wakes it) or, when none waits, to the
-reply thread. The IO thread only takes that condition, as completing any
-future does, and never waits for another thread's work while holding it.
+- a caller that waits in :meth:`ReplyFuture.result` (the common, synchronous
+  ``get(k, latest=True).result()``) asks the broker itself, with the client's
+  blocking call (which waits without the GIL), and finishes the read on its
+  own thread: no IO-thread callback and no hand-over;
+- anything else that looks (``done()``, a done-callback, ``asyncio``,
+  ``concurrent.futures.wait``, a ``result`` with a timeout, which a blocking
+  call could overrun) asks with a callback, as before. Every method of a
+  ``Future``, and ``wait`` and ``as_completed`` too, take the future's
+  condition first; :class:`_AskingCondition` asks when it is first taken.
+
+Linearizable either way: the broker is asked after the call began and before
+its result is returned, so the read reflects every write acknowledged before
+the call (and perhaps some after it, which overlap the read). A future no one
+ever looks at is never asked: nothing can tell.
 """
 
 from __future__ import annotations
 
-import time
+import threading
 from collections.abc import Callable
-from concurrent.futures._base import PENDING
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from pulsar_state.core.callback_thread import CallbackFuture, CallbackThread
+from pulsar_state.core.callback_thread import CallbackFuture, CallbackThread, _FutureCondition
 
 __all__ = ["ReplyFuture"]
 
 T = TypeVar("T")
 
 
+class _AskingCondition(_FutureCondition):
+    """A future's condition that calls ``on_first_use()`` before each taking
+    (it asks once; see the module docstring)."""
+
+    def __init__(self, on_first_use: Callable[[], None]) -> None:
+        super().__init__()
+        self._on_first_use = on_first_use
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        self._on_first_use()
+        return super().acquire(blocking, timeout)
+
+    def __enter__(self) -> Any:
+        self._on_first_use()
+        return super().__enter__()
+
+
 class ReplyFuture(CallbackFuture[T]):
-    """A :class:`CallbackFuture` whose finish a waiting caller may run (module docstring)."""
+    """A :class:`CallbackFuture` whose work starts when it is first looked at.
 
-    def __init__(self, callbacks: CallbackThread, replies: CallbackThread) -> None:
+    ``ask()`` starts the work without waiting (its answer completes the future
+    on another thread); ``ask_here()`` does the whole work on the calling
+    thread. Exactly one of them runs, once.
+    """
+
+    def __init__(
+        self, callbacks: CallbackThread, *, ask: Callable[[], None], ask_here: Callable[[], None]
+    ) -> None:
         super().__init__(callbacks)
-        self._replies = replies
-        #: callers blocked in result() and not yet handed the finish
-        self._callers_waiting = 0
-        #: the finish, handed to a waiting caller and not yet taken
-        self._finish: Callable[[], None] | None = None
+        self._condition = _AskingCondition(self._ask_elsewhere)
+        self._ask = ask
+        self._ask_here = ask_here
+        self._claim = threading.Lock()
+        self._asked = False
 
-    def hand_over(self, finish: Callable[[], None]) -> bool:
-        """Have ``finish()`` run by a waiting caller, else by the reply thread;
-        ``False`` (run nowhere) when no caller waits and the reply thread is
-        closed. Called once, by the thread that got the reply (the IO thread)."""
-        with self._condition:
-            if self._callers_waiting and self._state == PENDING:
-                self._finish = finish
-                self._condition.notify_all()
-                return True
-        return self._replies.offer(finish)
+    def _take(self) -> bool:
+        """Whether this call is the one that asks (once per future)."""
+        with self._claim:
+            if self._asked:
+                return False
+            self._asked = True
+            return True
+
+    def _ask_elsewhere(self) -> None:
+        if not self._asked and self._take():
+            self._ask()
 
     def result(self, timeout: float | None = None) -> T:
-        """``Future.result``, running the finish on this thread when it is handed here."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        finish = self._wait_for_finish(deadline)
-        if finish is not None:
-            finish()
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return super().result(remaining)
-
-    def _wait_for_finish(self, deadline: float | None) -> Callable[[], None] | None:
-        """Wait until done or handed the finish (or the deadline); the finish, if handed."""
-        with self._condition:
-            self._callers_waiting += 1
-            try:
-                while self._state == PENDING and self._finish is None:
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        break
-                    self._condition.wait(remaining)
-                finish, self._finish = self._finish, None
-                return finish
-            finally:
-                self._callers_waiting -= 1
+        """``Future.result``; a first look without a timeout asks here, blocking."""
+        if timeout is None and not self._asked and self._take():
+            self._ask_here()
+        return super().result(timeout)

@@ -153,6 +153,7 @@ def test_the_first_snapshot_does_not_wedge_latest_reads(
     def snapshot(state: dict[str, int]) -> bytes:
         if not reads:
             reads.append(managers[0].read(lambda s: s["n"], latest=True))
+            reads[0].done()  # a look that asks the broker now, with a callback
             broker_endpoint.pause()
             threading.Timer(1.0, broker_endpoint.resume).start()
         return str(state["n"]).encode()

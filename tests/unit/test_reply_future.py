@@ -1,18 +1,19 @@
-"""A latest read's future (state/core/reply_future.py): who runs the finish.
+"""A latest read's future (state/core/reply_future.py): who asks the broker, and when.
 
-The thread that gets the broker's reply (the client's IO thread) runs none of
-our code that takes a lock; it hands the rest of the read, the *finish*, to
-a caller blocked in ``result()`` when there is one (that caller runs it), and
-otherwise to the reply thread. Each finish runs exactly once, on one of them.
+The read is asked by the first one to look at its future: a caller waiting
+in ``result()`` asks on its own thread (blocking); any other look asks with
+a callback, answered on another thread. Exactly one of the two runs, once,
+and every way of waiting on a future still completes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -22,152 +23,134 @@ from pulsar_state.core.reply_future import ReplyFuture
 
 
 @pytest.fixture
-def threads() -> Iterator[tuple[CallbackThread, CallbackThread]]:
-    callbacks, replies = CallbackThread("pss-test-callbacks"), CallbackThread("pss-test-reply")
-    yield callbacks, replies
-    callbacks.close(timeout_s=30)
-    replies.close(timeout_s=30)
+def callbacks() -> Iterator[CallbackThread]:
+    thread = CallbackThread("pss-test-callbacks")
+    yield thread
+    thread.close(timeout_s=30)
 
 
-def _finish(future: ReplyFuture[str], ran_on: list[str]) -> None:
-    ran_on.append(threading.current_thread().name)
-    futures.set_result(future, "read")
+@dataclass
+class Read:
+    """A read whose two ways of asking record where they ran."""
+
+    callbacks: CallbackThread
+    #: (how, thread name) per ask
+    asked: list[tuple[str, str]] = field(default_factory=list)
+    #: the answer of an ask with a callback: released by the test
+    answer: threading.Event = field(default_factory=threading.Event)
+    future: ReplyFuture[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.future = ReplyFuture(self.callbacks, ask=self._ask, ask_here=self._ask_here)
+
+    def _ask(self) -> None:  # answered on another thread, once released
+        self.asked.append(("callback", threading.current_thread().name))
+
+        def answered() -> None:
+            if self.answer.wait(30):
+                futures.set_result(self.future, "elsewhere")
+
+        threading.Thread(target=answered, name="io", daemon=True).start()
+
+    def _ask_here(self) -> None:
+        self.asked.append(("here", threading.current_thread().name))
+        futures.set_result(self.future, "here")
 
 
-def _waiting(future: ReplyFuture[str]) -> bool:
-    with future._condition:
-        return future._callers_waiting > 0
-
-
-def _hand_over_once_waited(future: ReplyFuture[str], ran_on: list[str]) -> threading.Thread:
-    def reply() -> None:  # the IO thread: hands over once the caller waits
-        while not _waiting(future):
-            time.sleep(0.001)
-        assert future.hand_over(lambda: _finish(future, ran_on))
-
-    thread = threading.Thread(target=reply, name="io")
-    thread.start()
-    return thread
-
-
-def test_a_caller_waiting_in_result_runs_the_finish_itself(
-    threads: tuple[CallbackThread, CallbackThread],
+def test_a_caller_waiting_in_result_asks_and_reads_on_its_own_thread(
+    callbacks: CallbackThread,
 ) -> None:
-    future: ReplyFuture[str] = ReplyFuture(*threads)
-    ran_on: list[str] = []
-    io = _hand_over_once_waited(future, ran_on)
-    assert future.result(timeout=30) == "read"
-    io.join(30)
-    assert ran_on == [threading.current_thread().name]
+    read = Read(callbacks)
+    assert read.future.result() == "here"
+    assert read.asked == [("here", threading.current_thread().name)]
+    assert read.future.result() == "here"  # asked once
+    assert read.asked == [("here", threading.current_thread().name)]
 
 
-def test_with_no_caller_waiting_the_reply_thread_runs_it(
-    threads: tuple[CallbackThread, CallbackThread],
+def test_a_future_no_one_looks_at_is_not_asked(callbacks: CallbackThread) -> None:
+    read = Read(callbacks)
+    assert read.asked == []
+
+
+@pytest.mark.parametrize(
+    "look",
+    [
+        pytest.param(lambda f: f.done(), id="done"),
+        pytest.param(lambda f: f.running(), id="running"),
+        pytest.param(repr, id="repr"),
+        pytest.param(lambda f: f.add_done_callback(lambda _f: None), id="done-callback"),
+        pytest.param(lambda f: concurrent.futures.wait([f], timeout=0), id="wait"),
+        pytest.param(lambda f: f.result(timeout=0.01), id="result-with-a-timeout"),
+        pytest.param(lambda f: f.exception(timeout=0.01), id="exception"),
+    ],
+)
+def test_any_other_first_look_asks_with_a_callback(
+    callbacks: CallbackThread, look: Callable[[ReplyFuture[str]], object]
 ) -> None:
-    future: ReplyFuture[str] = ReplyFuture(*threads)
-    ran_on: list[str] = []
-    assert future.hand_over(lambda: _finish(future, ran_on))
-    assert future.result(timeout=30) == "read"
-    assert ran_on == ["pss-test-reply"]
+    read = Read(callbacks)
+    with contextlib.suppress(concurrent.futures.TimeoutError):
+        look(read.future)  # the answer is held back: a short wait times out
+    assert read.asked == [("callback", threading.current_thread().name)]
+    read.answer.set()
+    # a caller that waits afterwards gets that answer, and asks nothing more
+    assert read.future.result() == "elsewhere"
+    assert [how for how, _ in read.asked] == ["callback"]
 
 
-def test_of_several_waiting_callers_one_runs_it_and_all_get_the_result(
-    threads: tuple[CallbackThread, CallbackThread],
-) -> None:
-    future: ReplyFuture[str] = ReplyFuture(*threads)
-    ran_on: list[str] = []
-    got: list[str] = []
-    callers = [
-        threading.Thread(target=lambda: got.append(future.result(timeout=30)), name=f"caller-{i}")
-        for i in range(4)
-    ]
-    for caller in callers:
-        caller.start()
-    while True:
-        with future._condition:
-            if future._callers_waiting == len(callers):
-                break
-        time.sleep(0.001)
-    assert future.hand_over(lambda: _finish(future, ran_on))
-    for caller in callers:
-        caller.join(30)
-    assert got == ["read"] * 4
-    assert len(ran_on) == 1 and ran_on[0].startswith("caller-")
+def test_wait_and_as_completed_complete(callbacks: CallbackThread) -> None:
+    reads = [Read(callbacks) for _ in range(3)]
+    for read in reads:
+        read.answer.set()
+    done, _ = concurrent.futures.wait([r.future for r in reads], timeout=30)
+    assert len(done) == 3
+    more = [Read(callbacks) for _ in range(3)]
+    for read in more:
+        read.answer.set()
+    got = [f.result() for f in concurrent.futures.as_completed([r.future for r in more], 30)]
+    assert got == ["elsewhere"] * 3
 
 
-def test_a_caller_that_timed_out_leaves_the_finish_to_the_reply_thread(
-    threads: tuple[CallbackThread, CallbackThread],
-) -> None:
-    future: ReplyFuture[str] = ReplyFuture(*threads)
-    ran_on: list[str] = []
-    with pytest.raises(concurrent.futures.TimeoutError):
-        future.result(timeout=0.05)
-    assert future.hand_over(lambda: _finish(future, ran_on))
-    assert future.result(timeout=30) == "read"
-    assert ran_on == ["pss-test-reply"]
-
-
-def test_a_finish_that_only_chains_leaves_the_caller_waiting_for_the_completion(
-    threads: tuple[CallbackThread, CallbackThread],
-) -> None:
-    """A lagging read: the finish registers a completion another thread makes later."""
-    future: ReplyFuture[str] = ReplyFuture(*threads)
-
-    def finish() -> None:
-        threading.Timer(0.1, lambda: futures.set_result(future, "applied")).start()
-
-    def reply() -> None:
-        while not _waiting(future):
-            time.sleep(0.001)
-        future.hand_over(finish)
-
-    threading.Thread(target=reply).start()
-    assert future.result(timeout=30) == "applied"
-
-
-def test_once_the_reply_thread_is_closed_a_reply_with_no_caller_is_run_nowhere(
-    threads: tuple[CallbackThread, CallbackThread],
-) -> None:
-    callbacks, replies = threads
-    future: ReplyFuture[str] = ReplyFuture(callbacks, replies)
-    replies.close(timeout_s=30)
-    ran_on: list[str] = []
-    assert not future.hand_over(lambda: _finish(future, ran_on))
-    assert ran_on == [] and not future.done()
-
-
-def test_a_cancelled_future_is_not_handed_to_a_caller(
-    threads: tuple[CallbackThread, CallbackThread],
-) -> None:
-    future: ReplyFuture[str] = ReplyFuture(*threads)
-    assert future.cancel()
-    with pytest.raises(concurrent.futures.CancelledError):
-        future.result(timeout=1)
-    ran_on: list[str] = []
-    assert future.hand_over(lambda: _finish(future, ran_on))  # to the reply thread
-    threads[1].close(timeout_s=30)
-    assert ran_on == ["pss-test-reply"] and future.cancelled()
-
-
-def test_every_other_way_of_waiting_works(
-    threads: tuple[CallbackThread, CallbackThread],
-) -> None:
-    """``wait``, ``as_completed``, asyncio and done-callbacks get it through the reply thread."""
-    made = [ReplyFuture[str](*threads) for _ in range(3)]
-    called: list[str] = []
-    made[0].add_done_callback(lambda f: called.append(threading.current_thread().name))
-    for future in made:
-        future.hand_over(lambda future=future: futures.set_result(future, "read"))
-    done, _ = concurrent.futures.wait(made, timeout=30)
-    assert done == set(made)
-    assert [f.result() for f in concurrent.futures.as_completed(made, timeout=30)] == ["read"] * 3
-
+def test_asyncio_gets_the_answer(callbacks: CallbackThread) -> None:
     async def awaited() -> str:
-        future: ReplyFuture[str] = ReplyFuture(*threads)
-        wrapped = asyncio.wrap_future(future)
-        future.hand_over(lambda: futures.set_result(future, "async"))
-        return await wrapped
+        read = Read(callbacks)
+        read.answer.set()
+        return await asyncio.wrap_future(read.future)
 
-    assert asyncio.run(awaited()) == "async"
-    threads[0].close(timeout_s=30)
-    assert called == ["pss-test-callbacks"]
+    assert asyncio.run(awaited()) == "elsewhere"
+
+
+def test_done_callbacks_run_on_the_callback_thread(callbacks: CallbackThread) -> None:
+    read = Read(callbacks)
+    ran_on: list[str] = []
+    read.future.add_done_callback(lambda _f: ran_on.append(threading.current_thread().name))
+    read.answer.set()
+    assert read.future.result() == "elsewhere"
+    callbacks.close(timeout_s=30)
+    assert ran_on == ["pss-test-callbacks"]
+
+
+def test_of_callers_waiting_together_exactly_one_asks(callbacks: CallbackThread) -> None:
+    for _ in range(20):
+        read = Read(callbacks)
+        start = threading.Barrier(4)
+        got: list[str] = []
+
+        def wait(read: Read = read, start: threading.Barrier = start, got: list[str] = got) -> None:
+            start.wait(30)
+            got.append(read.future.result())
+
+        callers = [threading.Thread(target=wait) for _ in range(4)]
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join(30)
+        assert len(read.asked) == 1 and got == ["here"] * 4
+
+
+def test_a_cancelled_read_stays_cancelled(callbacks: CallbackThread) -> None:
+    read = Read(callbacks)
+    assert read.future.cancel()  # a look: asks with a callback, whose answer is dropped
+    read.answer.set()
+    with pytest.raises(concurrent.futures.CancelledError):
+        read.future.result()
+    assert [how for how, _ in read.asked] == ["callback"]

@@ -212,8 +212,15 @@ class Tailer(LogReplay[S, Op]):
             self.check_usable()
             return Position.from_message_id(self._consumer.get_last_message_id())
 
+        started = time.monotonic()
+        try:
+            return ask()  # the common case: one round trip, no retry machinery
+        except pulsar.PulsarException as exc:
+            if not is_transient(exc):
+                raise OperationTimeoutError(f"could not get the last message id: {exc}") from exc
+        time.sleep(min(_LAST_ID_RETRY.backoff_s(1), bound))
         retrying = Retrying(
-            stop=stop_after_delay(bound),
+            stop=stop_after_delay(max(0.0, bound - (time.monotonic() - started))),
             wait=_LAST_ID_RETRY.wait(),
             retry=retry_if_exception(is_transient),
             reraise=True,
