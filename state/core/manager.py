@@ -301,10 +301,11 @@ class SharedStateManager(Generic[S, Op]):
         The broker is asked by the first one to look at the future
         (:mod:`~pulsar_state.core.reply_future`): a caller waiting in
         ``result()`` (no timeout) asks with the client's blocking call and
-        reads on its own thread; anything else asks with a callback, whose answer the client's
-        IO thread only hands to the reply thread (no lock of ours is taken
-        there). A read that must wait for local state is completed by the
-        tailer's apply. The common, caught-up case costs one round trip.
+        reads on its own thread; anything else asks with a callback, whose
+        answer the client's IO thread only hands to the reply thread (no lock
+        of ours is taken there). A read that must wait for local state is
+        completed by the tailer's apply. The common, caught-up case costs one
+        round trip.
         """
         try:
             self._tailer.check_usable()

@@ -32,6 +32,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from pulsar_state.core import futures
 from pulsar_state.core.callback_thread import CallbackFuture, CallbackThread, _FutureCondition
 
 __all__ = ["ReplyFuture"]
@@ -84,10 +85,17 @@ class ReplyFuture(CallbackFuture[T]):
 
     def _ask_elsewhere(self) -> None:
         if not self._asked and self._take():
-            self._ask()
+            self._run(self._ask)
 
     def result(self, timeout: float | None = None) -> T:
         """``Future.result``; a first look without a timeout asks here, blocking."""
         if timeout is None and not self._asked and self._take():
-            self._ask_here()
+            self._run(self._ask_here)
         return super().result(timeout)
+
+    def _run(self, ask: Callable[[], None]) -> None:
+        """Run ``ask``; what it raises fails the future (nothing is left pending)."""
+        try:
+            ask()
+        except BaseException as exc:
+            futures.set_exception(self, exc)

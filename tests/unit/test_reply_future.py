@@ -154,3 +154,19 @@ def test_a_cancelled_read_stays_cancelled(callbacks: CallbackThread) -> None:
     with pytest.raises(concurrent.futures.CancelledError):
         read.future.result()
     assert [how for how, _ in read.asked] == ["callback"]
+
+
+@pytest.mark.parametrize("first_look", ["result", "done"])
+def test_an_ask_that_raises_fails_the_future(callbacks: CallbackThread, first_look: str) -> None:
+    """Nothing is left pending: whatever an ask raises is the future's error."""
+
+    def broken() -> None:
+        raise RuntimeError("no ask")
+
+    future: ReplyFuture[str] = ReplyFuture(callbacks, ask=broken, ask_here=broken)
+    if first_look == "done":
+        assert future.done()
+    with pytest.raises(RuntimeError, match="no ask"):
+        future.result()
+    assert future.done()  # failed, not left pending for the next look
+    assert isinstance(future.exception(timeout=0), RuntimeError)
