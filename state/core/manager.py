@@ -326,7 +326,6 @@ class SharedStateManager(Generic[S, Op]):
             except PulsarStateError as exc:
                 answer(None, exc)
             else:
-                self._tailer.note_lag(last)
                 answer(last, None)
 
         def on_last(last: Position | None, error: PulsarStateError | None) -> None:

@@ -204,13 +204,16 @@ class Tailer(LogReplay[S, Op]):
         A transient failure (the broker restarting, a lookup in flight) is
         retried with backoff for up to ``timeout_s`` (default: the operation
         timeout); a permanent one (closed, not authorized) is raised at once.
+        The answer sets the lag gauge (:meth:`note_lag`).
         """
         self.check_usable()
         bound = self._config.operation_timeout_s if timeout_s is None else timeout_s
 
         def ask() -> Position:
             self.check_usable()
-            return Position.from_message_id(self._consumer.get_last_message_id())
+            position = Position.from_message_id(self._consumer.get_last_message_id())
+            self.note_lag(position)
+            return position
 
         started = time.monotonic()
         try:
@@ -339,7 +342,6 @@ class Tailer(LogReplay[S, Op]):
         """Wait until every write acknowledged before this call is applied."""
         deadline = time.monotonic() + timeout_s
         target = self.last_position(timeout_s)
-        self.note_lag(target)
         return self.wait_applied(target, max(0.0, deadline - time.monotonic()))
 
     def check_usable(self) -> None:
