@@ -140,15 +140,24 @@ def send_entry(
 ) -> Position:
     """Send ``messages`` as one entry and wait up to ``timeout_s`` for its ack.
 
-    Raises :class:`PublishFailedError` (refused, or no ack in time) or
-    ``pulsar.PulsarException`` (the producer is closed or fenced).
+    Raises :class:`PublishFailedError` (refused, no ack in time, or an ack
+    that names no position) or ``pulsar.PulsarException`` (the producer is
+    closed or fenced).
     """
     if len(messages) == 1:
         # the client's own blocking send: it waits in C++ without the GIL and
         # calls no Python code on its IO thread (the producer's send timeout
         # bounds it, and fails it as pulsar.Timeout)
-        return Position.from_message_id(producer._producer.send(_native(messages[0], alone=True)))
-    _send_leading(producer, messages)
-    _send(producer, messages[-1], acks.callback)
-    producer.flush()
-    return acks.wait(timeout_s)
+        landed = Position.from_message_id(producer._producer.send(_native(messages[0], alone=True)))
+    else:
+        _send_leading(producer, messages)
+        _send(producer, messages[-1], acks.callback)
+        producer.flush()
+        landed = acks.wait(timeout_s)
+    if landed.is_start:
+        # With deduplication on, the broker answers a message it stored already
+        # (the client resent it after losing the connection before the
+        # receipt) with the position -1:-1: the entry is stored, but where is
+        # unknown, so nothing may be built on it before the log settles it.
+        raise PublishFailedError(f"acknowledged as a duplicate, at no position ({landed})")
+    return landed
