@@ -54,6 +54,9 @@ class ConfigurationError(PulsarStateError, ValueError):
 class StateClosedError(PulsarStateError):
     """The manager (or map) was closed, or failed and stopped."""
 
+    def __init__(self, message: str = "the state manager is closed") -> None:
+        super().__init__(message)
+
 
 class ForkedProcessError(StateClosedError):
     """An object made in a parent process was used in a forked child.
@@ -142,6 +145,15 @@ class WriteInDoubtError(PulsarStateError):
     def __init__(self, message: str, *, attempts: int) -> None:
         self.attempts = attempts
         super().__init__(message)
+
+    @classmethod
+    def unread(cls, attempts: int, cause: BaseException) -> WriteInDoubtError:
+        """The write was sent, and the reader stopped (``cause``) before it was applied."""
+        return cls(
+            f"sent, but the reader stopped before it was applied ({cause}); it may have "
+            "landed: read it back to know",
+            attempts=attempts,
+        )
 
     @classmethod
     def unsettled(cls, attempts: int, cause: BaseException) -> WriteInDoubtError:

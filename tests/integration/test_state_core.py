@@ -582,6 +582,46 @@ def test_fail_fast_on_invalid_messages(make_client: ClientFactory, admin_url: st
         adder(client, topic, admin_url, on_invalid_message="fail")
 
 
+def _count_messages(client: pulsar.Client, topic: str) -> int:
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    try:
+        count = 0
+        while reader.has_message_available():
+            reader.read_next(10_000)
+            count += 1
+        return count
+    finally:
+        reader.close()
+
+
+def test_an_invalid_message_met_later_stops_the_writer_too(
+    make_client: ClientFactory, admin_url: str
+) -> None:
+    """``on_invalid_message="fail"``: once the tail meets an invalid message,
+    the manager is stopped, its writer included. A write fails with the
+    InvalidMessageError (at the call, or through its future if it was queued
+    meanwhile), and the writer takes the topic no more. Before, the writer
+    went on: each write gained the topic, appended an epoch marker that the
+    stopped reader never applied, and tried again, 200 times."""
+    topic = unique_topic("strict-late")
+    client = make_client()
+    m = adder(client, topic, admin_url, on_invalid_message="fail", idle_release_s=0.0)
+    try:
+        m.write(lambda s: [5]).result(timeout=30)
+        wait_until(lambda: m.epoch is None, message="the writer let the topic go")
+        producer = client.create_producer(topic)
+        producer.send(b"not ours")  # foreign: no format property
+        producer.close()
+        with pytest.raises(InvalidMessageError):
+            m.read(dict, latest=True).result(timeout=30)
+        before = _count_messages(client, topic)
+        with pytest.raises(InvalidMessageError):
+            m.write(lambda s: [1]).result(timeout=60)
+        assert _count_messages(client, topic) == before  # no marker, no write
+    finally:
+        m.close()
+
+
 def test_bad_values_are_clear_errors_and_change_nothing(
     make_client: ClientFactory, admin_url: str
 ) -> None:

@@ -51,7 +51,7 @@ from pulsar_state.core.log.format import (
     parse_commit,
 )
 from pulsar_state.core.op_codec import OpCodec
-from pulsar_state.errors import InvalidMessageError
+from pulsar_state.errors import InvalidMessageError, PulsarStateError
 from pulsar_state.position import START, Position
 
 __all__ = ["AppliedWrite", "LogReplay", "OwnEntry"]
@@ -176,6 +176,10 @@ class LogReplay(Generic[S, Op]):
         #: called (outside the lock, any applying thread) when a write lands
         #: stale or a key is touched by an invalid message: the writer wakes
         self.on_stale: Callable[[], None] | None = None
+        #: what stopped the replay (``on_invalid_message="fail"``, a bug), and the
+        #: hook then called (on the stopping thread): the writer stops too
+        self.failure: PulsarStateError | None = None
+        self.on_stopped: Callable[[], None] | None = None
         # the write being assembled from the current entry
         #: the payloads of the entry's ops (decoded only when applied: an entry
         #: the writer applied at its ack is never decoded here)

@@ -96,7 +96,6 @@ class Tailer(LogReplay[S, Op]):
             start_epoch=start_epoch,
         )
         self._config = config
-        self.failure: PulsarStateError | None = None
         self._closed = False
         self._waiters: list[tuple[Position, int, Future[Position]]] = []
         #: threads in wait_applied (notified when ``applied`` moves; none: no notify)
@@ -458,6 +457,12 @@ class Tailer(LogReplay[S, Op]):
             self.failure = exc
             self._cond.notify_all()
         self._fail_waiters(exc)
+        hook = self.on_stopped
+        if hook is not None:
+            try:
+                hook()
+            except Exception:
+                log.exception("stop hook of %s failed", self.topic)
 
     def _fail_waiters(self, exc: PulsarStateError) -> None:
         with self._cond:

@@ -358,6 +358,15 @@ class Tenure:
         self._move(TenureState.IN_DOUBT)
         self._drop_producer()
 
+    def release_if_over(self) -> None:
+        """HOLDING past ``max_tenure_s`` with nothing in flight: begin a new
+        tenure if no other writer waits (the writer slept through the window),
+        else let the topic go (writers queued behind us go first)."""
+        if self.holding and self.tenure_over(busy=False):
+            self.keep_if_alone()
+            if self.tenure_over(busy=False):
+                self.release()
+
     def release(self) -> None:
         """HOLDING -> RELEASING -> IDLE: let the topic go, every write answered."""
         self._move(TenureState.RELEASING)

@@ -71,10 +71,6 @@ _CLOSE = object()
 _UNSETTLED_TRIM = 256
 
 
-def _closed_error() -> StateClosedError:
-    return StateClosedError("the state manager is closed")
-
-
 class _NotCaughtUpError(Exception):
     """The writer could not catch up before running a generator (nothing sent)."""
 
@@ -147,6 +143,7 @@ class Writer(Generic[S, Op]):
         self._m_in_doubt = metrics.WRITES_IN_DOUBT.labels(topic)
         self._m_retries = metrics.WRITE_RETRIES.labels(topic)
         tailer.on_stale = self._wake
+        tailer.on_stopped = functools.partial(self._inbox.put, _WAKE)  # the writer stops
         self._thread = threading.Thread(
             target=self._run, name=f"pss-writer-{topic.rsplit('/', 1)[-1]}", daemon=True
         )
@@ -178,7 +175,7 @@ class Writer(Generic[S, Op]):
         )
         with self._submit_lock:
             if self._closed:
-                raise _closed_error()
+                raise self._tailer.failure or StateClosedError()
             self._inbox.put(request)
         return request.future
 
@@ -210,7 +207,8 @@ class Writer(Generic[S, Op]):
             self._loop()
         except BaseException as exc:  # a bug: nothing may be left pending
             log.exception("the writer of %s stopped", self._topic)
-            self._fail_all(PulsarStateError(f"the writer stopped: {exc!r}"))
+            error = PulsarStateError(f"the writer stopped: {exc!r}")
+            self._end(lambda: error, lambda _: error)
         finally:
             with contextlib.suppress(Exception):
                 self._tenure.close()
@@ -219,6 +217,9 @@ class Writer(Generic[S, Op]):
 
     def _loop(self) -> None:
         while True:
+            if self._tailer.failure is not None:
+                self._stop(self._tailer.failure)
+                return
             self._notice_stale()
             if self._tenure.in_doubt and not self._closed:
                 self._settle()
@@ -303,7 +304,7 @@ class Writer(Generic[S, Op]):
         or landed stale: they run again, unless their budget is spent.
         """
         if self._closed:
-            raise _closed_error()
+            raise StateClosedError()
         self._last_sent = self._tenure.acquire(closed=lambda: self._closed)
         unlanded = self._tailer.unlanded([r.write_id for r in self._unsettled])
         rerun = [r for r in self._unsettled if r.write_id in unlanded]
@@ -362,10 +363,7 @@ class Writer(Generic[S, Op]):
 
     def _process(self, group: list[WriteRequest[S, Op]]) -> None:
         tenure = self._tenure
-        if tenure.holding and tenure.tenure_over(busy=False):
-            tenure.keep_if_alone()  # (the writer thread slept through the window)
-            if tenure.tenure_over(busy=False):
-                tenure.release()  # writers queued behind us go first; we queue again
+        tenure.release_if_over()
         if not tenure.holding:
             try:
                 rerun = self._acquire()
@@ -555,35 +553,40 @@ class Writer(Generic[S, Op]):
     # -- the end ------------------------------------------------------------------
 
     def _shutdown(self) -> None:
-        """``close()`` was called: fail what is queued, settle what was sent."""
-        leftovers = [*self._front, *self._drain_inbox()]
-        self._front.clear()
-        for request in leftovers:
-            futures.set_exception(request.future, _closed_error())
-        # writes acknowledged are in the log: let the replay apply them
+        """``close()`` was called: fail what is queued, settle what was sent
+        (writes acknowledged are in the log: the replay applies them first)."""
         if self._last_sent is not None and self._unsettled and not self._tenure.in_doubt:
             with contextlib.suppress(PulsarStateError):
                 self._tailer.wait_applied(self._last_sent, self._config.send_timeout_s)
+        self._end(
+            StateClosedError,
+            lambda _: StateClosedError(
+                "closed before this write was settled: it may have landed (read it back)"
+            ),
+        )
+        self._tenure.close()
+
+    def _stop(self, failure: PulsarStateError) -> None:
+        """The replay stopped (``on_invalid_message="fail"``): so does the writer."""
+        self._end(lambda: failure, lambda r: WriteInDoubtError.unread(r.attempts, failure))
+
+    def _end(
+        self,
+        unsent: Callable[[], BaseException],
+        unsettled: Callable[[WriteRequest[S, Op]], BaseException],
+    ) -> None:
+        """The writer's last act: nothing more is taken; a write never sent
+        fails with ``unsent()``, one sent and not applied with ``unsettled(it)``."""
+        with self._submit_lock:
+            self._closed = True
+        for request in [*self._front, *self._drain_inbox()]:
+            futures.set_exception(request.future, unsent())
+        self._front.clear()
         unlanded = self._tailer.unlanded([r.write_id for r in self._unsettled])
         for request in self._unsettled:
             if request.write_id in unlanded:
-                futures.set_exception(
-                    request.future,
-                    StateClosedError(
-                        "the state manager closed before this write was settled: it may "
-                        "have landed (read it back to know)"
-                    ),
-                )
+                futures.set_exception(request.future, unsettled(request))
         self._unsettled.clear()
-        self._tenure.close()
-
-    def _fail_all(self, exc: BaseException) -> None:
-        with self._submit_lock:
-            self._closed = True
-        requests = [*self._front, *self._unsettled, *self._drain_inbox()]
-        self._tailer.unlanded([r.write_id for r in requests])
-        for request in requests:
-            futures.set_exception(request.future, exc)
 
     def _drain_inbox(self) -> list[WriteRequest[S, Op]]:
         """The requests left on the inbox (the writer thread, at the end)."""
