@@ -160,7 +160,8 @@ def inside(args: argparse.Namespace) -> None:
 
 def _write_a_map(service_url: str, admin_url: str) -> None:
     """The core on the floor client: sync puts (one-message entries, the blocking
-    send), a group commit (many messages in one entry), an update, a latest read."""
+    send), a group commit (many messages in one entry), an update, latest reads
+    (one waited for, one looked at first)."""
     import pulsar  # noqa: PLC0415
 
     from pulsar_state import PulsarMap  # noqa: PLC0415
@@ -177,6 +178,10 @@ def _write_a_map(service_url: str, admin_url: str) -> None:
             if m.update("k0", lambda v: (v or 0) + 10).result(60) != 10:
                 raise SystemExit("update on the floor client returned the wrong value")
             size = m.size(latest=True).result(60)
+            looked_at = m.get("k1", latest=True)
+            looked_at.done()  # asked by the reply thread: this client has no async ask
+            if looked_at.result(60) != 1:
+                raise SystemExit("a latest read looked at first returned the wrong value")
     finally:
         client.close()
     if size != 205:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -315,6 +316,9 @@ class SharedStateManager(Generic[S, Op]):
             return closed
 
         def ask() -> None:  # the first look was not a waiting caller's
+            if not self._tailer.asks_async:  # an older client: the reply thread blocks
+                on_last_handed(self._replies.offer(ask_here))
+                return
             try:
                 self._tailer.ask_last_position(on_last, timeout)
             except PulsarStateError as exc:
@@ -331,12 +335,15 @@ class SharedStateManager(Generic[S, Op]):
         def on_last(last: Position | None, error: PulsarStateError | None) -> None:
             # runs on the client's thread: hand over, nothing may escape it
             try:
-                handed = self._replies.offer(answer, last, error)
+                on_last_handed(self._replies.offer(answer, last, error))
             except BaseException as exc:  # no thread at interpreter shutdown
                 futures.set_exception(result, exc)
-                return
-            if not handed:
-                futures.set_exception(result, StateClosedError("the state manager is closed"))
+
+        def on_last_handed(handed: bool) -> None:
+            if not handed:  # closed meanwhile: fail it, not here (done-callbacks would run here)
+                threading.Thread(
+                    target=futures.set_exception, args=(result, StateClosedError()), daemon=True
+                ).start()
 
         def answer(last: Position | None, error: PulsarStateError | None) -> None:
             try:

@@ -750,3 +750,89 @@ def test_metrics_count_writes_applies_fences_and_bootstrap(
     finally:
         first.close()
         second.close()
+
+
+# -- latest reads: where the broker is asked, and where they complete -----------
+
+
+class _WithoutAsyncAsk:
+    """A consumer as pulsar-client 3.5 has it (``_consumer``: its native side,
+    which lacks ``get_last_message_id_async``)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._consumer = _NativeWithoutAsyncAsk(inner._consumer)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _NativeWithoutAsyncAsk:
+    def __init__(self, native: Any) -> None:
+        self._native = native
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "get_last_message_id_async":
+            raise AttributeError(name)
+        return getattr(self._native, name)
+
+
+def test_on_a_client_without_the_async_ask_a_latest_read_is_asked_on_the_reply_thread(
+    make_client: ClientFactory, admin_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pulsar-client before 3.6 has only the blocking ``get_last_message_id``.
+    A latest read first looked at by anything but a caller waiting in
+    ``result()`` (``done()``, asyncio) must still not block the one looking:
+    the reply thread asks. Before, the blocking call ran inside ``done()``,
+    and inside asyncio's event loop (the min-deps client)."""
+    with PulsarMap[str, int](make_client(), unique_topic("old-client"), admin_url=admin_url) as m:
+        m.put("k", 7).result(timeout=30)
+        tailer = m.manager._tailer
+        # as pulsar-client 3.5: the consumer has no get_last_message_id_async
+        monkeypatch.setattr(tailer, "_consumer", _WithoutAsyncAsk(tailer._consumer))
+        monkeypatch.setattr(tailer, "asks_async", False, raising=False)
+        asked_on: list[str] = []
+        blocking = tailer.last_position
+
+        def recorded(timeout_s: float | None = None) -> Any:
+            asked_on.append(threading.current_thread().name)
+            return blocking(timeout_s)
+
+        monkeypatch.setattr(tailer, "last_position", recorded)
+        read = m.get("k", latest=True)
+        read.done()  # the first look: it asks, elsewhere
+        assert read.result(timeout=30) == 7
+
+        async def awaited() -> int | None:
+            return await asyncio.wait_for(asyncio.wrap_future(m.get("k", latest=True)), 30)
+
+        assert asyncio.run(awaited()) == 7
+        assert len(asked_on) == 2
+        assert all(name.startswith("pss-reply") for name in asked_on), asked_on
+
+
+def test_a_latest_read_answered_after_close_completes_off_the_io_thread(
+    make_client: ClientFactory, admin_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker's answer to a latest read may come after ``close()`` stopped
+    the reply and callback threads: the read fails with StateClosedError, and
+    its done-callbacks do not run on the client's IO thread (a stand-in thread
+    delivers the answer here, as the IO thread would)."""
+    m = PulsarMap[str, int](make_client(), unique_topic("late-answer"), admin_url=admin_url)
+    answers: list[Any] = []
+    tailer = m.manager._tailer
+    monkeypatch.setattr(
+        tailer, "ask_last_position", lambda on_result, _t=None: answers.append(on_result)
+    )
+    read = m.get("k", latest=True)
+    ran_on: list[str] = []
+    read.add_done_callback(lambda _: ran_on.append(threading.current_thread().name))
+    assert answers  # asked (the done-callback looked), not answered
+    m.close()
+    io = threading.Thread(target=answers[0], args=(tailer.applied, None), name="io-stand-in")
+    io.start()
+    io.join()
+    with pytest.raises(StateClosedError):
+        read.result(timeout=30)
+    wait_until(lambda: ran_on, message="the done-callback ran")
+    assert ran_on != ["io-stand-in"]

@@ -112,6 +112,11 @@ class Tailer(LogReplay[S, Op]):
         self._quiet_since = time.monotonic()
         self.resubscribed = 0
         self._consumer = self._subscribe(client, topic, config, read_compacted)
+        #: whether the client asks for the last message id with a callback
+        #: (pulsar-client 3.6 on); else :meth:`ask_last_position` may not be used
+        self.asks_async = hasattr(
+            getattr(self._consumer, "_consumer", None), "get_last_message_id_async"
+        )
         if start is not None:  # resume after a snapshot
             self._consumer.seek(pulsar.MessageId(-1, start.ledger, start.entry, start.batch))
         self._thread = threading.Thread(
@@ -285,22 +290,16 @@ class Tailer(LogReplay[S, Op]):
         on_result: Callable[[Position | None, PulsarStateError | None], None],
         timeout_s: float | None = None,
     ) -> None:
-        """:meth:`last_position` without a thread of ours waiting on it.
+        """:meth:`last_position` without a thread of ours waiting on it (only
+        when :attr:`asks_async`: an older client has only the blocking call,
+        which a caller must then make on a thread of its own).
 
         ``on_result(position, None)`` or ``on_result(None, error)`` runs on the
         client's thread. Transient failures are retried on a timer within
         ``timeout_s``.
         """
         self.check_usable()
-        native = getattr(self._consumer, "_consumer", None)
-        if native is None or not hasattr(native, "get_last_message_id_async"):
-            try:
-                position = self.last_position(timeout_s)
-            except PulsarStateError as exc:
-                on_result(None, exc)
-            else:
-                on_result(position, None)
-            return
+        native = self._consumer._consumer
         deadline = time.monotonic() + (
             self._config.operation_timeout_s if timeout_s is None else timeout_s
         )
