@@ -23,10 +23,11 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Executor, Future, InvalidStateError
 from typing import Any, TypeVar, cast
 
 from pulsar_state.core.callback_thread import CallbackFuture
+from pulsar_state.errors import StateClosedError
 
 __all__ = [
     "chain",
@@ -36,6 +37,7 @@ __all__ = [
     "run_into",
     "set_exception",
     "set_result",
+    "submit",
     "then",
 ]
 
@@ -73,6 +75,32 @@ def run_into(future: Future[T], fn: Callable[[], T]) -> bool:
     except BaseException as exc:  # the caller gets every error, on every surface
         return set_exception(future, exc)
     return set_result(future, value)
+
+
+def submit(
+    executor: Executor,
+    fn: Callable[..., T],
+    *args: Any,
+    closed: Callable[[], BaseException] = StateClosedError,
+) -> Future[T]:
+    """``executor.submit(fn, *args)``, except that once the executor is shut
+    down (its owner closed) the future fails with ``closed()``: for a call made
+    after, and for one the shutdown took off the queue (never cancelled)."""
+    out: Future[T] = Future()
+    try:
+        source = executor.submit(fn, *args)
+    except RuntimeError:  # shut down already
+        out.set_exception(closed())
+        return out
+
+    def settle(done: Future[T]) -> None:  # the executor's thread, or the shutdown's
+        if done.cancelled():
+            set_exception(out, closed())
+        else:
+            chain(done, out)
+
+    source.add_done_callback(settle)
+    return out
 
 
 def failed(exc: BaseException) -> Future[Any]:

@@ -293,7 +293,8 @@ class SharedStateManager(Generic[S, Op]):
             else:
                 self._complete_with_read(reader, fut)
             return fut
-        futures.chain(self._executor.submit(self._read_after, reader, latest, target, timeout), fut)
+        args = (reader, latest, target, timeout)
+        futures.chain(futures.submit(self._executor, self._read_after, *args), fut)
         return fut
 
     def _read_latest(self, reader: Callable[[S], R], timeout: float) -> Future[R]:
@@ -333,8 +334,7 @@ class SharedStateManager(Generic[S, Op]):
                 answer(last, None)
 
         def on_last(last: Position | None, error: PulsarStateError | None) -> None:
-            # runs on the client's thread: hand over, nothing may escape it
-            try:
+            try:  # the client's thread: hand over, nothing may escape it
                 on_last_handed(self._replies.offer(answer, last, error))
             except BaseException as exc:  # no thread at interpreter shutdown
                 futures.set_exception(result, exc)
@@ -480,7 +480,8 @@ class SharedStateManager(Generic[S, Op]):
         if self._trigger is None:
             raise ConfigurationError(f"the state of {self.topic} keeps no checkpoints")
         result: CallbackFuture[Checkpoint] = CallbackFuture(self._callbacks)
-        caught_up = self._executor.submit(self._tailer.catch_up, self.config.operation_timeout_s)
+        timeout = self.config.operation_timeout_s
+        caught_up = futures.submit(self._executor, self._tailer.catch_up, timeout)
 
         def take(done: Future[Position]) -> None:
             done.result()  # its error fails ``result``
