@@ -300,15 +300,12 @@ class SharedStateManager(Generic[S, Op]):
     def _read_latest(self, reader: Callable[[S], R], timeout: float) -> Future[R]:
         """Ask the broker for the last position; read once local state covers it.
 
-        The broker is asked by the first one to look at the future
-        (:mod:`~pulsar_state.core.reply_future`): a caller waiting in
-        ``result()`` (no timeout) asks with the client's blocking call and
-        reads on its own thread; anything else asks with a callback, whose
-        answer the client's IO thread only hands to the reply thread (no lock
-        of ours is taken there). A read that must wait for local state is
-        completed by the tailer's apply. The common, caught-up case costs one
-        round trip.
-        """
+        The first one to look at the future asks (:mod:`~pulsar_state.core.reply_future`):
+        a caller waiting in ``result()`` (no timeout) with the client's blocking
+        call, reading on its own thread; anything else with a callback, whose
+        answer the IO thread only hands to the reply thread (no lock of ours is
+        taken there). A read that must wait for local state is completed by the
+        tailer's apply. A caught-up read costs one round trip."""
         try:
             self._tailer.check_usable()
         except PulsarStateError as exc:
@@ -317,6 +314,7 @@ class SharedStateManager(Generic[S, Op]):
             return closed
 
         def ask() -> None:  # the first look was not a waiting caller's
+            self.check_process()  # a forked child must not ask with its parent's consumer
             if not self._tailer.asks_async:  # an older client: the reply thread blocks
                 on_last_handed(self._replies.offer(ask_here))
                 return
@@ -326,6 +324,7 @@ class SharedStateManager(Generic[S, Op]):
                 futures.set_exception(result, exc)
 
         def ask_here() -> None:  # a waiting caller: ask and read on its thread
+            self.check_process()
             try:
                 last = self._tailer.last_position(timeout)
             except PulsarStateError as exc:

@@ -144,6 +144,25 @@ def test_a_map_made_before_fork_fails_at_once_in_the_child(
         m.close()
 
 
+def test_a_latest_read_made_before_fork_fails_in_the_child_at_its_first_look(
+    pulsar_endpoint: PulsarEndpoint, make_client: ClientFactory
+) -> None:
+    """A latest read is asked when first looked at: looked at first in a
+    forked child, it fails with ForkedProcessError (before, the child asked
+    with the parent's consumer and hung); the parent's read still works."""
+    topic = unique_topic("inherited-read")
+    m = PulsarMap[str, int](make_client(), topic, admin_url=pulsar_endpoint.admin_url)
+    try:
+        m.put("k", 1).result(30)
+        read = m.get("k", latest=True)  # not looked at yet
+        outcomes = _run_in_forked_child({"result": lambda: read})
+        kind, message, where = outcomes["result"]
+        assert (kind, where) == ("ForkedProcessError", "future"), message
+        assert read.result(30) == 1
+    finally:
+        m.close()
+
+
 def test_a_client_used_before_fork_is_refused_in_the_child(
     pulsar_endpoint: PulsarEndpoint, make_client: ClientFactory
 ) -> None:
