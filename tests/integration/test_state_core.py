@@ -856,3 +856,42 @@ def test_reads_waiting_or_made_at_close_fail_as_closed(
             read.result(timeout=30)
     with pytest.raises(StateClosedError):
         m.manager.read(dict, at_least=far).result(timeout=30)
+
+
+def test_a_tail_subscribed_again_while_closing_is_not_left_behind(
+    make_client: ClientFactory, admin_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tail subscribes again after a stall; if ``close()`` (which waits 5 s
+    for the tail's thread, then ends its consumer) gave up waiting meanwhile,
+    the new consumer must be ended too. Before, the tail installed it after
+    close() had ended the old one, and its subscription stayed, connected."""
+    topic = unique_topic("resubscribe-close")
+    m = PulsarMap[str, int](make_client(), topic, admin_url=admin_url)
+    m.put("k", 1).result(timeout=30)
+    tailer = m.manager._tailer
+    subscribe, close = tailer._subscribe, tailer.close
+    closed = threading.Event()
+    made: list[str] = []
+
+    def late_subscribe(*args: Any) -> Any:
+        consumer = subscribe(*args)
+        made.append(tailer.subscription)
+        closed.wait(60)  # close() ended what it found, as when it gave up waiting
+        return consumer
+
+    def close_then_tell() -> None:
+        close()
+        closed.set()
+
+    monkeypatch.setattr(tailer, "_subscribe", late_subscribe)
+    monkeypatch.setattr(tailer, "close", close_then_tell)
+    stalled = threading.Thread(target=tailer._resubscribe, args=(lambda _ms: None,))
+    stalled.start()  # as the tail's thread does after a stall
+    wait_until(lambda: made, message="the new subscription")
+    m.close()
+    stalled.join(60)
+    admin = PulsarAdmin(admin_url)
+    try:
+        assert made[0] not in admin.stats(topic)["subscriptions"]
+    finally:
+        admin.close()

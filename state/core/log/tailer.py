@@ -193,12 +193,14 @@ class Tailer(LogReplay[S, Op]):
             self._cond.notify_all()
         self._thread.join(timeout=5)
         self._fail_waiters(StateClosedError("the state manager is closed"))
+        with self._cond:  # the consumer a resubscribe installed before _closed (see there)
+            consumer = self._consumer
         try:
-            self._consumer.unsubscribe()
+            consumer.unsubscribe()
         except pulsar.PulsarException:
             log.debug("unsubscribe of %s failed", self.subscription, exc_info=True)
         with contextlib.suppress(pulsar.PulsarException):
-            self._consumer.close()
+            consumer.close()
 
     # -- positions ------------------------------------------------------------
 
@@ -423,8 +425,14 @@ class Tailer(LogReplay[S, Op]):
             log.warning("subscribing to %s again failed (%s); waiting on", self.topic, exc)
             self.subscription = old_name
             return receive
-        self._consumer, self._last_msg = new, None
-        self.resubscribed += 1
+        with self._cond:  # against close(), which ends whichever consumer it finds
+            closing = self._closed
+            if not closing:
+                self._consumer, self._last_msg = new, None
+        if closing:  # close() ended the old one (it gave up waiting for us)
+            old = new
+        else:
+            self.resubscribed += 1
         for end in (old.unsubscribe, old.close):  # a leftover is reaped at the next start
             with contextlib.suppress(pulsar.PulsarException):
                 end()
