@@ -6,7 +6,11 @@ Exposed through ``prometheus_client``'s default registry: serve them with
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import os
+import threading
+from typing import Any
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 
 __all__ = [
     "APPLIED_OPS",
@@ -75,3 +79,35 @@ WRITE_SECONDS = Histogram(
     ["topic"],
     buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+
+
+def _fresh_locks_in_child() -> None:
+    """In a child forked from this process: every metric of the default
+    registry gets new locks. A parent thread inside an ``inc`` or ``labels()``
+    at the fork (the tail applies and counts all the time) leaves that lock
+    held for good in the child, whose first use of the same series would wait
+    forever: a worker pool forked from an application holding maps, whose
+    children open the same maps, hung now and then. The values stay."""
+    registry: Any = REGISTRY
+    registry._lock = threading.Lock()
+    for collector in list(registry._collector_to_names):
+        _relock(collector)
+
+
+def _relock(metric: Any) -> None:
+    """``metric``'s locks (its children's, for a labelled one), anew; what this
+    ``prometheus_client`` does not have is left alone."""
+    values = [getattr(metric, name, None) for name in ("_value", "_sum", "_count")]
+    for holder in [metric, *values, *getattr(metric, "_buckets", ())]:
+        if isinstance(getattr(holder, "_lock", None), _LOCK):
+            holder._lock = threading.Lock()
+    children = getattr(metric, "_metrics", None)
+    if isinstance(children, dict):
+        for child in list(children.values()):
+            _relock(child)
+
+
+_LOCK = type(threading.Lock())
+
+
+os.register_at_fork(after_in_child=_fresh_locks_in_child)
