@@ -10,6 +10,8 @@ live with the launcher, in :mod:`pulsar_state.deploy.errors`, under the same roo
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 __all__ = [
     "AdminUnreachableError",
     "PermissionDeniedError",
@@ -36,6 +38,9 @@ __all__ = [
     "WriteFailedError",
     "WriteInDoubtError",
 ]
+
+
+E = TypeVar("E", bound=BaseException)
 
 
 class PulsarStateError(Exception):
@@ -197,6 +202,14 @@ class TooManyOpsError(ValueTooLargeError):
             f"write of {count} ops exceeds max_ops_per_write={limit}: split it into "
             "smaller writes or raise StateConfig(max_ops_per_write=...)",
         )
+
+
+def fresh(exc: E) -> E:
+    """``exc`` anew (same type, message and fields, no traceback): to raise one
+    stored error many times, each raise stacking its frames on one object."""
+    again = type(exc).__new__(type(exc), *exc.args)
+    again.__dict__.update(exc.__dict__)
+    return again
 
 
 class InvalidMessageError(PulsarStateError):

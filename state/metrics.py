@@ -89,18 +89,20 @@ def _fresh_locks_in_child() -> None:
     forever: a worker pool forked from an application holding maps, whose
     children open the same maps, hung now and then. The values stay."""
     registry: Any = REGISTRY
-    registry._lock = threading.Lock()
-    for collector in list(registry._collector_to_names):
+    _relock(registry)
+    for collector in list(getattr(registry, "_collector_to_names", {})):
         _relock(collector)
 
 
 def _relock(metric: Any) -> None:
-    """``metric``'s locks (its children's, for a labelled one), anew; what this
+    """``metric``'s locks (its children's, for a labelled one) anew, each of its
+    kind (``prometheus_client`` 0.21.0 used ``RLock``s); what this
     ``prometheus_client`` does not have is left alone."""
     values = [getattr(metric, name, None) for name in ("_value", "_sum", "_count")]
     for holder in [metric, *values, *getattr(metric, "_buckets", ())]:
-        if isinstance(getattr(holder, "_lock", None), _LOCK):
-            holder._lock = threading.Lock()
+        lock = getattr(holder, "_lock", None)
+        if isinstance(lock, _LOCK | _RLOCK):
+            holder._lock = threading.RLock() if isinstance(lock, _RLOCK) else threading.Lock()
     children = getattr(metric, "_metrics", None)
     if isinstance(children, dict):
         for child in list(children.values()):
@@ -108,6 +110,6 @@ def _relock(metric: Any) -> None:
 
 
 _LOCK = type(threading.Lock())
-
+_RLOCK = type(threading.RLock())
 
 os.register_at_fork(after_in_child=_fresh_locks_in_child)

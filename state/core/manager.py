@@ -293,8 +293,8 @@ class SharedStateManager(Generic[S, Op]):
             else:
                 self._complete_with_read(reader, fut)
             return fut
-        args = (reader, latest, target, timeout)
-        futures.chain(futures.submit(self._executor, self._read_after, *args), fut)
+        read = futures.submit(self._executor, self._read_after, reader, latest, target, timeout)
+        futures.chain(read, fut)
         return fut
 
     def _read_latest(self, reader: Callable[[S], R], timeout: float) -> Future[R]:
@@ -304,8 +304,7 @@ class SharedStateManager(Generic[S, Op]):
         a caller waiting in ``result()`` (no timeout) with the client's blocking
         call, reading on its own thread; anything else with a callback, whose
         answer the IO thread only hands to the reply thread (no lock of ours is
-        taken there). A read that must wait for local state is completed by the
-        tailer's apply. A caught-up read costs one round trip."""
+        taken there). A lagging read is completed by the tailer's apply."""
         try:
             self._tailer.check_usable()
         except PulsarStateError as exc:
@@ -313,8 +312,8 @@ class SharedStateManager(Generic[S, Op]):
             futures.set_exception(closed, exc)
             return closed
 
-        def ask() -> None:  # the first look was not a waiting caller's
-            self.check_process()  # a forked child must not ask with its parent's consumer
+        def ask() -> None:  # not a waiting caller; in a fork, not with the parent's consumer
+            self.check_process()
             if not self._tailer.asks_async:  # an older client: the reply thread blocks
                 on_last_handed(self._replies.offer(ask_here))
                 return
@@ -323,12 +322,14 @@ class SharedStateManager(Generic[S, Op]):
             except PulsarStateError as exc:
                 futures.set_exception(result, exc)
 
-        def ask_here() -> None:  # a waiting caller: ask and read on its thread
-            self.check_process()
+        def ask_here() -> None:  # a waiting caller, or the reply thread: ask and read here
             try:
+                self.check_process()
                 last = self._tailer.last_position(timeout)
             except PulsarStateError as exc:
                 answer(None, exc)
+            except BaseException as exc:  # nothing is left pending, on either thread
+                futures.set_exception(result, exc)
             else:
                 answer(last, None)
 

@@ -841,19 +841,25 @@ def test_a_latest_read_answered_after_close_completes_off_the_io_thread(
 def test_reads_waiting_or_made_at_close_fail_as_closed(
     make_client: ClientFactory, admin_url: str
 ) -> None:
-    """``close()`` fails every read still waiting with StateClosedError: those
-    waiting on a read thread, and those queued behind them (before, a read
-    still queued when the executor shut down was cancelled: CancelledError); a
-    read made after fails the same way (before: RuntimeError at the call, from
-    the shut-down executor)."""
+    """``close()`` fails every read still waiting with StateClosedError, also
+    those queued behind busy read threads (before, the executor's shutdown
+    cancelled them: CancelledError); a read made after fails the same way
+    (before: RuntimeError at the call, from the shut-down executor)."""
     m = PulsarMap[str, int](make_client(), unique_topic("close-reads"), admin_url=admin_url)
     m.put("k", 1).result(timeout=30)
     far = Position(2**40, 0)  # a position the topic does not reach
-    waiting = [m.manager.read(dict, at_least=far, timeout_s=120) for _ in range(12)]
-    m.close()  # 12 reads: more than the manager's 8 read threads, so some are queued
-    for read in waiting:
+    release = threading.Event()
+    executor = m.manager._executor
+    busy = [executor.submit(release.wait, 60) for _ in range(executor._max_workers)]
+    queued = [m.manager.read(dict, at_least=far, timeout_s=120) for _ in range(4)]
+    try:
+        m.close()  # every read thread is busy: the reads are still queued
+    finally:
+        release.set()
+    for read in queued:
         with pytest.raises(StateClosedError):
             read.result(timeout=30)
+    assert all(b.result(timeout=30) for b in busy)
     with pytest.raises(StateClosedError):
         m.manager.read(dict, at_least=far).result(timeout=30)
 

@@ -3,13 +3,15 @@
 The tail counts every write it applies (``inc`` under the value's lock), the
 writer labels its series (``labels()`` under the metric's lock): a fork at
 that moment copied the lock held into the child, whose first use of the same
-series then waited forever. Here the forking thread itself holds the lock at
-the fork, as another thread of the parent would.
+series then waited forever. Here another thread of the parent holds the lock
+at the fork (so that a re-entrant lock, as prometheus-client 0.21.0 has, is
+held by a thread that does not exist in the child).
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import threading
 from typing import Any
 
 import pytest
@@ -30,9 +32,20 @@ def test_a_metric_lock_held_at_the_fork_is_free_in_the_child(held: str) -> None:
     series = metrics.WRITES.labels(topic)
     lock: Any = series._value._lock if held == "value" else metrics.WRITES._lock
     ctx = multiprocessing.get_context("fork")
-    with lock:
-        child = ctx.Process(target=_count_once, args=(topic,))
-        child.start()
+    holding, forked = threading.Event(), threading.Event()
+
+    def hold() -> None:  # another thread of the parent, inside the lock at the fork
+        with lock:
+            holding.set()
+            forked.wait(_CHILD_BOUND_S)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait(_CHILD_BOUND_S)
+    child = ctx.Process(target=_count_once, args=(topic,))
+    child.start()
+    forked.set()
+    holder.join()
     child.join(_CHILD_BOUND_S)
     hung = child.is_alive()
     if hung:

@@ -41,10 +41,12 @@ from __future__ import annotations
 import collections
 import json
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any
 
 import pulsar
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -54,7 +56,12 @@ from pulsar_state.core.log.format import epoch_message
 from pulsar_state.core.log.replay import LogReplay
 from pulsar_state.core.op_codec import SerializerCodec
 from pulsar_state.core.write.writer import Writer
-from pulsar_state.errors import OperationTimeoutError, PulsarStateError, WriteInDoubtError
+from pulsar_state.errors import (
+    InvalidMessageError,
+    OperationTimeoutError,
+    PulsarStateError,
+    WriteInDoubtError,
+)
 from pulsar_state.position import Position
 from pulsar_state.retry import RetryPolicy
 
@@ -382,3 +389,80 @@ def test_every_schedule_keeps_the_write_guarantees(
         fresh.feed(msg)  # type: ignore[arg-type]
     fresh.flush()
     assert fresh.state == state  # 4. the log says what the writer's state says
+
+
+def test_a_replay_stopping_while_close_waits_behind_a_group_completes_every_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``close()`` queued behind a group of blind writes (its marker waits in the
+    writer's front queue) while the replay stops (``on_invalid_message="fail"``)
+    during the group's send: every write still completes (the group's two in
+    doubt, as they were sent and never applied) and the writer thread ends.
+    Before, ending the writer tripped over the close marker: the writer thread
+    died, and the sent writes stayed pending."""
+    from pulsar_state.core.write import writer as writer_module  # noqa: PLC0415
+
+    broker = _Broker([], [])
+    codec = _codec()
+    tail = _Tail(broker, codec)
+    callbacks = CallbackThread("pss-callbacks-model")
+    config = StateConfig(
+        access_mode="fencing",
+        max_takeovers_per_s=None,
+        operation_timeout_s=2.0,
+        send_timeout_s=1.0,
+        ensure_retention=False,
+        commit_on_ack=False,
+    )
+    sent: list[int] = []
+    queued = threading.Event()
+    send_entry = writer_module.send_entry
+
+    def stopping_send(producer: Any, messages: Any, acks: Any, *, timeout_s: float) -> Position:
+        sent.append(len(messages))
+        if len(sent) == 1:  # the first write: the group and close() queue up meanwhile
+            queued.wait(30)
+        if len(sent) == 2:  # the group: the replay meets an invalid message
+            tail._stop.set()
+            tail._thread.join()  # it reads no more
+            tail.failure = InvalidMessageError("bad", position="9:9:-1")
+            landed = send_entry(producer, messages, acks, timeout_s=timeout_s)
+            assert tail.on_stopped is not None
+            tail.on_stopped()
+            return landed
+        return send_entry(producer, messages, acks, timeout_s=timeout_s)
+
+    monkeypatch.setattr(writer_module, "send_entry", stopping_send)
+    writer: Writer[State, Op] = Writer(
+        client=broker,  # type: ignore[arg-type]
+        topic=TOPIC,
+        tailer=tail,  # type: ignore[arg-type]
+        codec=codec,
+        config=config,
+        callbacks=callbacks,
+    )
+    try:
+        first = writer.submit(_increment("a", "A"))
+        wait_for(lambda: sent)
+        group = [writer.submit(None, ops=[("b", f"B{n}", None)]) for n in (1, 2)]
+        closer = threading.Thread(target=writer.close)
+        closer.start()
+        wait_for(lambda: writer._closed)
+        queued.set()
+        closer.join(30)
+        for fut in [first, *group]:
+            fut.exception(timeout=10)  # done: no write left pending
+        assert not writer._thread.is_alive()
+        for fut in group:
+            assert isinstance(fut.exception(), WriteInDoubtError | InvalidMessageError)
+    finally:
+        queued.set()
+        callbacks.close()
+        tail.close()
+
+
+def wait_for(condition: Any, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)

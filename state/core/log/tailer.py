@@ -40,6 +40,7 @@ from pulsar_state.errors import (
     PermissionDeniedError,
     PulsarStateError,
     StateClosedError,
+    fresh,
 )
 from pulsar_state.position import Position
 from pulsar_state.retry import RetryPolicy, is_transient
@@ -347,7 +348,7 @@ class Tailer(LogReplay[S, Op]):
     def check_usable(self) -> None:
         """Raise what stopped the tailer, or StateClosedError once closed."""
         if self.failure is not None:
-            raise self.failure
+            raise fresh(self.failure)
         if self._closed:
             raise StateClosedError("the state manager is closed")
 

@@ -53,6 +53,7 @@ from pulsar_state.errors import (
     StateClosedError,
     WriteFailedError,
     WriteInDoubtError,
+    fresh,
 )
 from pulsar_state.position import Position
 
@@ -174,8 +175,9 @@ class Writer(Generic[S, Op]):
             generator, blind or generator is None, CallbackFuture(self._callbacks), ops
         )
         with self._submit_lock:
-            if self._closed:
-                raise self._tailer.failure or StateClosedError()
+            failure = self._tailer.failure  # the replay stopped: so does the writer
+            if self._closed or failure is not None:
+                raise StateClosedError() if failure is None else fresh(failure)
             self._inbox.put(request)
         return request.future
 
@@ -186,10 +188,9 @@ class Writer(Generic[S, Op]):
         StateClosedError (a write in doubt says it may have landed).
         """
         with self._submit_lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._inbox.put(_CLOSE)  # nothing can be queued behind it
+            if not self._closed:  # (else closed already, or stopped with the replay)
+                self._closed = True
+                self._inbox.put(_CLOSE)  # nothing can be queued behind it
         if threading.current_thread() is not self._thread:
             self._thread.join(self._config.operation_timeout_s + self._config.send_timeout_s + 5)
             if self._thread.is_alive():
@@ -208,7 +209,7 @@ class Writer(Generic[S, Op]):
         except BaseException as exc:  # a bug: nothing may be left pending
             log.exception("the writer of %s stopped", self._topic)
             error = PulsarStateError(f"the writer stopped: {exc!r}")
-            self._end(lambda: error, lambda _: error)
+            self._end(lambda: fresh(error), lambda _: fresh(error))
         finally:
             with contextlib.suppress(Exception):
                 self._tenure.close()
@@ -305,7 +306,9 @@ class Writer(Generic[S, Op]):
         """
         if self._closed:
             raise StateClosedError()
-        self._last_sent = self._tenure.acquire(closed=lambda: self._closed)
+        self._last_sent = self._tenure.acquire(
+            closed=lambda: self._closed or self._tailer.failure is not None
+        )
         unlanded = self._tailer.unlanded([r.write_id for r in self._unsettled])
         rerun = [r for r in self._unsettled if r.write_id in unlanded]
         self._unsettled.clear()
@@ -362,6 +365,9 @@ class Writer(Generic[S, Op]):
     # -- building and sending ---------------------------------------------------
 
     def _process(self, group: list[WriteRequest[S, Op]]) -> None:
+        if self._tailer.failure is not None:  # stopped while we waited: _loop ends
+            self._front.extendleft(reversed(group))
+            return
         tenure = self._tenure
         tenure.release_if_over()
         if not tenure.holding:
@@ -420,17 +426,9 @@ class Writer(Generic[S, Op]):
         self, request: WriteRequest[S, Op]
     ) -> tuple[list[tuple[str | None, bytes]], int] | None:
         """Run the generator on the latest state; the write's (key, payload)s and
-        their size, or None.
-
-        A generator that writes runs on local state once our own last write is
-        applied: while we hold the topic nobody else can append, and if another
-        writer took it over silently, our write lands after its epoch marker and
-        is skipped as stale by every reader, then re-run (log-level fencing), so
-        a write is never decided on stale state. A decision *not* to write (a
-        failed compare-and-set, ``put_if_absent`` on a present key, an error)
-        has no such safety net: it is only taken after catching up with the
-        topic itself, one ``get_last_message_id`` round trip.
-        """
+        their size, or None. A write is decided on local state once our own last
+        write is applied; a decision *not* to write only after catching up with
+        the topic itself (docs/state.md, *Decisions on the latest state*)."""
         if request.blind:  # it promised to ignore the state: no lock, no waiting
             generator = request.generator
             ops = request.ops if generator is None else generator(self._tailer.state)
@@ -568,7 +566,7 @@ class Writer(Generic[S, Op]):
 
     def _stop(self, failure: PulsarStateError) -> None:
         """The replay stopped (``on_invalid_message="fail"``): so does the writer."""
-        self._end(lambda: failure, lambda r: WriteInDoubtError.unread(r.attempts, failure))
+        self._end(lambda: fresh(failure), lambda r: WriteInDoubtError.unread(r.attempts, failure))
 
     def _end(
         self,
@@ -579,14 +577,16 @@ class Writer(Generic[S, Op]):
         fails with ``unsent()``, one sent and not applied with ``unsettled(it)``."""
         with self._submit_lock:
             self._closed = True
-        for request in [*self._front, *self._drain_inbox()]:
-            futures.set_exception(request.future, unsent())
+        unsent_requests = [*self._front, *self._drain_inbox()]  # (_CLOSE may be in front)
+        sent, self._unsettled = self._unsettled, collections.deque()
         self._front.clear()
-        unlanded = self._tailer.unlanded([r.write_id for r in self._unsettled])
-        for request in self._unsettled:
+        unlanded = self._tailer.unlanded([r.write_id for r in sent])
+        for request in unsent_requests:
+            if isinstance(request, WriteRequest):
+                futures.set_exception(request.future, unsent())
+        for request in sent:
             if request.write_id in unlanded:
                 futures.set_exception(request.future, unsettled(request))
-        self._unsettled.clear()
 
     def _drain_inbox(self) -> list[WriteRequest[S, Op]]:
         """The requests left on the inbox (the writer thread, at the end)."""
