@@ -308,6 +308,28 @@ def _increment(key: str, op_id: str) -> Any:
     return generate
 
 
+def _writer(
+    broker: _Broker, tail: _Tail, callbacks: CallbackThread, **config: Any
+) -> Writer[State, Op]:
+    """The real writer on the stand-in topic (fencing mode, short timeouts)."""
+    writer: Writer[State, Op] = Writer(
+        client=broker,  # type: ignore[arg-type]
+        topic=TOPIC,
+        tailer=tail,  # type: ignore[arg-type]
+        codec=tail._codec,
+        config=StateConfig(
+            access_mode="fencing",
+            max_takeovers_per_s=None,
+            operation_timeout_s=2.0,
+            send_timeout_s=1.0,
+            ensure_retention=False,
+            **config,
+        ),
+        callbacks=callbacks,
+    )
+    return writer
+
+
 ops_strategy = st.lists(
     st.tuples(st.sampled_from(["incr", "put"]), st.sampled_from(["a", "b"])),
     min_size=1,
@@ -329,23 +351,13 @@ def test_every_schedule_keeps_the_write_guarantees(
     codec = _codec()
     tail = _Tail(broker, codec)
     callbacks = CallbackThread("pss-callbacks-model")
-    config = StateConfig(
-        access_mode="fencing",
-        max_takeovers_per_s=None,
-        operation_timeout_s=2.0,
-        send_timeout_s=1.0,
+    writer = _writer(
+        broker,
+        tail,
+        callbacks,
         retry=RetryPolicy(
             max_attempts=40, deadline_s=30, initial_backoff_s=0.001, max_backoff_s=0.002
         ),
-        ensure_retention=False,
-    )
-    writer: Writer[State, Op] = Writer(
-        client=broker,  # type: ignore[arg-type]
-        topic=TOPIC,
-        tailer=tail,  # type: ignore[arg-type]
-        codec=codec,
-        config=config,
-        callbacks=callbacks,
     )
     made: list[tuple[str, str, Future[Position]]] = []
     try:
@@ -403,17 +415,8 @@ def test_a_replay_stopping_while_close_waits_behind_a_group_completes_every_writ
     from pulsar_state.core.write import writer as writer_module  # noqa: PLC0415
 
     broker = _Broker([], [])
-    codec = _codec()
-    tail = _Tail(broker, codec)
+    tail = _Tail(broker, _codec())
     callbacks = CallbackThread("pss-callbacks-model")
-    config = StateConfig(
-        access_mode="fencing",
-        max_takeovers_per_s=None,
-        operation_timeout_s=2.0,
-        send_timeout_s=1.0,
-        ensure_retention=False,
-        commit_on_ack=False,
-    )
     sent: list[int] = []
     queued = threading.Event()
     send_entry = writer_module.send_entry
@@ -433,14 +436,7 @@ def test_a_replay_stopping_while_close_waits_behind_a_group_completes_every_writ
         return send_entry(producer, messages, acks, timeout_s=timeout_s)
 
     monkeypatch.setattr(writer_module, "send_entry", stopping_send)
-    writer: Writer[State, Op] = Writer(
-        client=broker,  # type: ignore[arg-type]
-        topic=TOPIC,
-        tailer=tail,  # type: ignore[arg-type]
-        codec=codec,
-        config=config,
-        callbacks=callbacks,
-    )
+    writer = _writer(broker, tail, callbacks, commit_on_ack=False)
     try:
         first = writer.submit(_increment("a", "A"))
         wait_for(lambda: sent)

@@ -244,13 +244,13 @@ class LogReplay(Generic[S, Op]):
             stale, self._own_stale = self._own_stale, False
         return stale
 
-    def _stale_seen(self) -> None:
-        hook = self.on_stale
+    def _call_hook(self, hook: Callable[[], None] | None, what: str) -> None:
+        """Tell the writer (``on_stale``, ``on_stopped``); its error never stops the replay."""
         if hook is not None:
             try:
                 hook()
             except Exception:
-                log.exception("stale hook of %s failed", self.topic)
+                log.exception("%s hook of %s failed", what, self.topic)
 
     def feed(self, msg: pulsar.Message) -> Position:
         """Take the next message of the topic; its position."""
@@ -298,7 +298,7 @@ class LogReplay(Generic[S, Op]):
             self._invalid("foreign", pos, f"message without {PROP_FORMAT}={FORMAT_VERSION}")
             self._touched_by_invalid([msg.partition_key()], pos)
             self._advance(pos)
-            self._stale_seen()
+            self._call_hook(self.on_stale, "stale")
             return pos
         kind = props.get(PROP_KIND)
         write_id = props.get(PROP_WRITE)
@@ -386,7 +386,7 @@ class LogReplay(Generic[S, Op]):
             with self.lock:
                 self._note_stale_locked(members)
                 self._advance_locked(pos)
-            self._stale_seen()
+            self._call_hook(self.on_stale, "stale")
             return
         stale = True
         with self.lock:
@@ -408,7 +408,7 @@ class LogReplay(Generic[S, Op]):
             else:
                 stale = False
         if stale:
-            self._stale_seen()
+            self._call_hook(self.on_stale, "stale")
             return
         ops, bad = self._decode(keys, payloads)
         with self.lock:
@@ -436,7 +436,7 @@ class LogReplay(Generic[S, Op]):
                     AppliedWrite(applied_ops, pos, write_id, compacted, publish_ms)
                 )
         if bad is not None:
-            self._stale_seen()
+            self._call_hook(self.on_stale, "stale")
         self._deliver()
 
     def _decode(self, keys: list[str], payloads: list[bytes]) -> tuple[list[Op], str | None]:

@@ -465,12 +465,7 @@ class Tailer(LogReplay[S, Op]):
             self.failure = exc
             self._cond.notify_all()
         self._fail_waiters(exc)
-        hook = self.on_stopped
-        if hook is not None:
-            try:
-                hook()
-            except Exception:
-                log.exception("stop hook of %s failed", self.topic)
+        self._call_hook(self.on_stopped, "stop")
 
     def _fail_waiters(self, exc: PulsarStateError) -> None:
         with self._cond:
